@@ -32,7 +32,8 @@ int main(int argc, char** argv) {
     std::vector<double> gbps;
   };
   std::vector<Path> paths;
-  paths.push_back({"zlib crc32_z (anchor)", [&] { return static_cast<uint32_t>(crc32_z(0, buf.data(), buf.size())); }, {}});
+  paths.push_back(
+      {"zlib crc32_z (anchor)", [&] { return static_cast<uint32_t>(crc32_z(0, buf.data(), buf.size())); }, {}});
   const Crc32Path best = crc32_best_path();
   for (Crc32Path p : {Crc32Path::Vclmul, Crc32Path::Clmul}) {
     if (p > best) continue;
@@ -55,7 +56,8 @@ int main(int argc, char** argv) {
   std::printf("CRC-32 of %zu MiB, %d rounds, median GB/s (min-max):\n", mib, rounds);
   for (Path& p : paths) {
     std::sort(p.gbps.begin(), p.gbps.end());
-    std::printf("  %-24s %6.2f  (%.2f-%.2f)\n", p.name.c_str(), p.gbps[p.gbps.size() / 2], p.gbps.front(), p.gbps.back());
+    std::printf("  %-24s %6.2f  (%.2f-%.2f)\n", p.name.c_str(), p.gbps[p.gbps.size() / 2], p.gbps.front(),
+                p.gbps.back());
   }
   return 0;
 }

@@ -16,7 +16,9 @@
 
 namespace dcpctl::cli {
 
-bool stderr_is_tty() { return ::isatty(2) == 1; }
+bool stderr_is_tty() {
+  return ::isatty(2) == 1;
+}
 
 void build_app(CLI::App& app, RunFn& run) {
   register_modules();
@@ -25,7 +27,8 @@ void build_app(CLI::App& app, RunFn& run) {
       "checkpoints without Python, a process group or a GPU.");
   app.name("dcpctl");
   app.require_subcommand(0, 1);
-  app.set_version_flag("-V,--version", version_text(), "Print dcpctl's version, the LibTorch version and whether CUDA is usable");
+  app.set_version_flag("-V,--version", version_text(),
+                       "Print dcpctl's version, the LibTorch version and whether CUDA is usable");
   app.footer(exit_codes_summary());
   for (const Command& c : commands()) c.setup(app, run);
 }
@@ -37,7 +40,7 @@ int main(int argc, char** argv) {
     std::fputs(sentence, stderr);
     std::fputc('\n', stderr);
   });
-  install_item_readers();  // the readers of torch.save zips (meta/readers.h)
+  install_item_readers();                     // the readers of torch.save zips (meta/readers.h)
   set_manifest_tool_version(DCPCTL_VERSION);  // what the manifests it writes record
   CLI::App app;
   RunFn run;

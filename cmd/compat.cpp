@@ -43,17 +43,18 @@ int run_compat(const CompatCliOptions& o) {
   };
   CompatResult r = write_compat(ck, co);
   if (o.json) {
-    json j = {{"schema_version", 1},
-              {"checkpoint", ck.dir},
-              {"output", o.output},
-              {"link", o.link},
-              {"strided_tensors", r.strided_tensors},
-              {"loadable_by_before", bound_json(r.before)},
-              {"loadable_by", bound_json(r.after)},
-              {"files", {{"reflinked", r.files_reflinked}, {"hard_linked", r.files_hard_linked}, {"copied", r.files_copied}}},
-              {"bytes", {{"reflinked", r.bytes_reflinked}, {"hard_linked", r.bytes_hard_linked}, {"copied", r.bytes_copied}}},
-              {"metadata_bytes", r.metadata_bytes},
-              {"seconds", r.seconds}};
+    json j = {
+        {"schema_version", 1},
+        {"checkpoint", ck.dir},
+        {"output", o.output},
+        {"link", o.link},
+        {"strided_tensors", r.strided_tensors},
+        {"loadable_by_before", bound_json(r.before)},
+        {"loadable_by", bound_json(r.after)},
+        {"files", {{"reflinked", r.files_reflinked}, {"hard_linked", r.files_hard_linked}, {"copied", r.files_copied}}},
+        {"bytes", {{"reflinked", r.bytes_reflinked}, {"hard_linked", r.bytes_hard_linked}, {"copied", r.bytes_copied}}},
+        {"metadata_bytes", r.metadata_bytes},
+        {"seconds", r.seconds}};
     std::cout << j.dump(2) << "\n";
   } else if (!o.quiet) {
     std::cout << "wrote " << o.output << ": a new .metadata (" << human_bytes(r.metadata_bytes) << ", "
@@ -65,7 +66,8 @@ int run_compat(const CompatCliOptions& o) {
     part(r.files_hard_linked, r.bytes_hard_linked, "hard-linked");
     part(r.files_copied, r.bytes_copied, "copied");
     std::cout << "\n";
-    std::cout << "loads in torch " << (r.after.release.empty() ? std::string("of any release DCP reads") : r.after.release + " or newer");
+    std::cout << "loads in torch "
+              << (r.after.release.empty() ? std::string("of any release DCP reads") : r.after.release + " or newer");
     if (!r.after.reason.empty()) std::cout << " (" << r.after.reason << ")";
     std::cout << "\n";
     if (r.files_hard_linked)
@@ -76,12 +78,14 @@ int run_compat(const CompatCliOptions& o) {
 
 void setup_compat(CLI::App& parent, RunFn& run) {
   auto o = std::make_shared<CompatCliOptions>();
-  auto* sub = parent.add_subcommand(
-      "compat",
-      "Write a copy of a torch 2.15 checkpoint that torch 2.14 and older load (\"too many values to unpack (expected 5)\"): a "
-      "new .metadata beside the data files, reflinked or hard-linked, not copied");
+  auto* sub = parent.add_subcommand("compat",
+                                    "Write a copy of a torch 2.15 checkpoint that torch 2.14 and older load (\"too "
+                                    "many values to unpack (expected 5)\"): a "
+                                    "new .metadata beside the data files, reflinked or hard-linked, not copied");
   sub->add_option("checkpoint", o->checkpoint, "DCP checkpoint directory")->required()->type_name("CKPT");
-  sub->add_option("-o,--output", o->output, "Output directory (must not exist unless --force)")->required()->type_name("DIR");
+  sub->add_option("-o,--output", o->output, "Output directory (must not exist unless --force)")
+      ->required()
+      ->type_name("DIR");
   sub->add_option("--link", o->link,
                   "How the data files are taken over: auto (reflink, else hard link, else copy), reflink, hard, copy")
       ->check(CLI::IsMember({"auto", "reflink", "hard", "copy"}))

@@ -5,20 +5,20 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <mutex>
 
 #include "cmd/distributed.h"
 #include "cmd/format.h"
 #include "cmd/progress.h"
-#include "cmd/write_options.h"
 #include "cmd/subcommands.h"
+#include "cmd/write_options.h"
 #include "meta/checkpoint.h"
 #include "plan/format.h"
-#include "util/error.h"
 #include "store/file.h"
+#include "util/error.h"
 #include "util/numeric.h"
 #include "util/size.h"
 #include "write/consolidate.h"
@@ -79,12 +79,15 @@ namespace {
 // --lora and its options.
 void take_lora_options(const ConsolidateCliOptions& o, ConsolidateOptions& co) {
   co.lora.mode = o.lora == "adapter" ? LoraMode::Adapter : o.lora == "merge" ? LoraMode::Merge : LoraMode::Keep;
-  const bool lora_options = !o.lora_name.empty() || !o.lora_config.empty() || !o.lora_alpha.empty() || !o.lora_base.empty() ||
-                            !o.lora_layout.empty();
+  const bool lora_options = !o.lora_name.empty() || !o.lora_config.empty() || !o.lora_alpha.empty() ||
+                            !o.lora_base.empty() || !o.lora_layout.empty();
   if (co.lora.mode == LoraMode::Keep && lora_options)
-    throw UsageError(Where(), "--lora-name, --lora-config, --lora-alpha, --lora-base and --lora-layout go with --lora adapter or --lora merge");
+    throw UsageError(Where(),
+                     "--lora-name, --lora-config, --lora-alpha, --lora-base and --lora-layout go with --lora adapter "
+                     "or --lora merge");
   if (co.lora.mode == LoraMode::Merge && !o.lora_base.empty())
-    throw UsageError(Where(), "--lora-base sets adapter_config.json's base_model_name_or_path: it goes with --lora adapter");
+    throw UsageError(Where(),
+                     "--lora-base sets adapter_config.json's base_model_name_or_path: it goes with --lora adapter");
   co.lora.name = o.lora_name;
   co.lora.config_file = o.lora_config;
   co.lora.base_model = o.lora_base;
@@ -94,7 +97,8 @@ void take_lora_options(const ConsolidateCliOptions& o, ConsolidateOptions& co) {
   if (!o.lora_alpha.empty()) {
     char* end = nullptr;
     double a = std::strtod(o.lora_alpha.c_str(), &end);
-    if (end == o.lora_alpha.c_str() || *end != 0 || !(a > 0) || !std::isfinite(a)) throw UsageError(Where(), "--lora-alpha must be a positive number");
+    if (end == o.lora_alpha.c_str() || *end != 0 || !(a > 0) || !std::isfinite(a))
+      throw UsageError(Where(), "--lora-alpha must be a positive number");
     co.lora.alpha = a;
   }
 }
@@ -104,8 +108,9 @@ void take_output_options(const ConsolidateCliOptions& o, ConsolidateOptions& co)
   if (co.lora.mode == LoraMode::Adapter) {
     // The adapter folder PEFT loads: it has one format.
     if (!o.format.empty() || !o.max_shard_size.empty() || !o.assets.empty() || !o.map.empty())
-      throw UsageError(Where(o.output), "--lora adapter writes a PEFT adapter folder (adapter_model.safetensors, adapter_config.json): "
-                                        "--format, --max-shard-size, --assets and --map do not apply");
+      throw UsageError(Where(o.output),
+                       "--lora adapter writes a PEFT adapter folder (adapter_model.safetensors, adapter_config.json): "
+                       "--format, --max-shard-size, --assets and --map do not apply");
     co.format = &formats::peft_adapter;
   } else {
     co.format = pick_format(o);
@@ -138,20 +143,23 @@ void print_plan(const json& r) {
   for (const auto& k : r["plan"])
     std::cout << "    " << k["key"].get<std::string>() << "  " << k["dtype"].get<std::string>() << " "
               << dims_str(k["shape"].get<std::vector<int64_t>>()) << "  -> " << k["file"].get<std::string>()
-              << (k["streams"].get<bool>() ? "  (streamed)" : "  (buffer " + human_bytes(k["need"].get<uint64_t>()) + ")") << "\n";
+              << (k["streams"].get<bool>() ? "  (streamed)"
+                                           : "  (buffer " + human_bytes(k["need"].get<uint64_t>()) + ")")
+              << "\n";
   print_cast_summary(r, std::cout);
 }
 
 // What was written, on stderr.
 void print_written(const json& r, const std::string& output) {
-  std::cerr << "wrote " << r["tensors"].get<uint64_t>() << " tensors (" << human_bytes(r["tensor_bytes"].get<uint64_t>())
-            << ") to " << output;
+  std::cerr << "wrote " << r["tensors"].get<uint64_t>() << " tensors ("
+            << human_bytes(r["tensor_bytes"].get<uint64_t>()) << ") to " << output;
   if (r["files"].size() > 1) std::cerr << " (" << r["files"].size() << " files)";
   char rate[64];
   std::snprintf(rate, sizeof rate, " in %.2f s (%.2f GB/s)", r["seconds"].get<double>(), r["gb_per_s"].get<double>());
   std::cerr << rate;
   if (!r["cast"]["dtype"].is_null())
-    std::cerr << "; cast " << r["cast"]["tensors"].get<uint64_t>() << " floating tensors to " << r["cast"]["dtype"].get<std::string>();
+    std::cerr << "; cast " << r["cast"]["tensors"].get<uint64_t>() << " floating tensors to "
+              << r["cast"]["dtype"].get<std::string>();
   std::cerr << "\n";
   print_cast_summary(r, std::cerr);
   print_map_summary(r);
@@ -170,11 +178,12 @@ void print_written(const json& r, const std::string& output) {
 int run_consolidate(const ConsolidateCliOptions& o) {
   if (o.format == "megatron") {
     // megatron-core's checkpoint is a DCP checkpoint: the reshard that writes one rank file.
-    if (o.lora != "keep" || !o.quantize.empty() || !o.max_shard_size.empty() || !o.assets.empty() || o.flat || o.keep_unsafe ||
-        o.parallel_write)
-      throw UsageError(Where(o.output), "--format megatron writes megatron-core's torch_dist checkpoint: --lora, --quantize, "
-                                        "--max-shard-size, --assets (give the map's config with --config), --flat, "
-                                        "--keep-unsafe-values and --parallel-write do not apply");
+    if (o.lora != "keep" || !o.quantize.empty() || !o.max_shard_size.empty() || !o.assets.empty() || o.flat ||
+        o.keep_unsafe || o.parallel_write)
+      throw UsageError(Where(o.output),
+                       "--format megatron writes megatron-core's torch_dist checkpoint: --lora, --quantize, "
+                       "--max-shard-size, --assets (give the map's config with --config), --flat, "
+                       "--keep-unsafe-values and --parallel-write do not apply");
     return run_megatron_output(o, o.iteration);
   }
   if (o.iteration >= 0) throw UsageError(Where(), "--iteration goes with --format megatron");
@@ -191,7 +200,8 @@ int run_consolidate(const ConsolidateCliOptions& o) {
   co.parallel_write = o.parallel_write;
   if (o.parallel_write && !co.format->sharded)
     throw UsageError(Where(o.output), "--parallel-write writes whole shards of a DIR/ (Hugging Face) output");
-  if (o.parallel_write && !group) throw UsageError(Where(), "--parallel-write needs several processes (launch with torchrun)");
+  if (o.parallel_write && !group)
+    throw UsageError(Where(), "--parallel-write needs several processes (launch with torchrun)");
   bool quiet = o.quiet || (group && group->rank() != 0);
   Checkpoint ck = open_checkpoint_on(group.get(), o.dist, o.checkpoint);
   json r = consolidate(ck, co);
@@ -210,9 +220,12 @@ int run_consolidate(const ConsolidateCliOptions& o) {
 
 void setup_consolidate(CLI::App& parent, RunFn& run) {
   auto o = std::make_shared<ConsolidateCliOptions>();
-  auto* sub = parent.add_subcommand("consolidate", "Write one full-model file (.safetensors, HF sharded safetensors or .pt) from a sharded checkpoint");
+  auto* sub = parent.add_subcommand(
+      "consolidate",
+      "Write one full-model file (.safetensors, HF sharded safetensors or .pt) from a sharded checkpoint");
   sub->add_option("checkpoint", o->checkpoint, "Checkpoint directory (holds .metadata)")->required()->type_name("DIR");
-  sub->add_option("-o,--output", o->output, "Output: FILE.safetensors, DIR/ (Hugging Face shards), or FILE.pt/.pth/.bin")
+  sub->add_option("-o,--output", o->output,
+                  "Output: FILE.safetensors, DIR/ (Hugging Face shards), or FILE.pt/.pth/.bin")
       ->required()
       ->type_name("PATH");
   std::vector<std::string> words;
@@ -224,22 +237,30 @@ void setup_consolidate(CLI::App& parent, RunFn& run) {
                       "; megatron: a DIR megatron-core's dist_checkpointing.load reads (as reshard --format megatron)")
       ->check(CLI::IsMember(words))
       ->type_name("FORMAT");
-  sub->add_option("--iteration", o->iteration, "--format megatron: write Megatron-LM's iter_NNNNNNN/ and latest_checkpointed_iteration.txt")
+  sub->add_option("--iteration", o->iteration,
+                  "--format megatron: write Megatron-LM's iter_NNNNNNN/ and latest_checkpointed_iteration.txt")
       ->check(CLI::Range(int64_t{0}, int64_t{9999999}))
       ->type_name("N");
   add_megatron_target_options(sub, *o);
-  sub->add_option("--max-shard-size", o->max_shard_size, "Largest shard of a DIR/ output (5GB decimal as Hugging Face, 4GiB, bytes; default 5GB)")
+  sub->add_option("--max-shard-size", o->max_shard_size,
+                  "Largest shard of a DIR/ output (5GB decimal as Hugging Face, 4GiB, bytes; default 5GB)")
       ->type_name("SIZE");
   sub->add_option("--include", o->include, "Keep only keys matching this shell glob (repeatable)")->type_name("GLOB");
-  sub->add_option("--exclude", o->exclude, "Drop keys matching this shell glob (repeatable); with --map, how a model weight no rule covers is left out on purpose (listed in the summary)")->type_name("GLOB");
+  sub->add_option("--exclude", o->exclude,
+                  "Drop keys matching this shell glob (repeatable); with --map, how a model weight no rule covers is "
+                  "left out on purpose (listed in the summary)")
+      ->type_name("GLOB");
   sub->add_option("--select", o->select, "Keep one subtree and strip its prefix (e.g. app.model)")->type_name("PREFIX");
-  sub->add_option("--dtype", o->dtype, "Cast floating tensors to fp32, fp16, bf16, fp64, fp8_e4m3 or fp8_e5m2 (round to nearest even)")
+  sub->add_option("--dtype", o->dtype,
+                  "Cast floating tensors to fp32, fp16, bf16, fp64, fp8_e4m3 or fp8_e5m2 (round to nearest even)")
       ->type_name("DTYPE");
   // Each format's own options (a module's format's among them: the GGUF's --outtype).
   for (const Format* f : formats::all())
     for (const FormatOption& fo : f->options)
-      sub->add_option_function<std::string>(std::string(fo.flag), [o, flag = std::string(fo.flag)](const std::string& v) { o->format_options[flag] = v; },
-                                            std::string(fo.help))
+      sub->add_option_function<std::string>(
+             std::string(fo.flag),
+             [o, flag = std::string(fo.flag)](const std::string& v) { o->format_options[flag] = v; },
+             std::string(fo.help))
           ->type_name(std::string(fo.type_name));
   sub->add_flag("--flat", o->flat, ".pt output: flat keys instead of the nesting dcp_to_torch_save rebuilds");
   sub->add_flag("--keep-unsafe-values", o->keep_unsafe,
@@ -248,29 +269,41 @@ void setup_consolidate(CLI::App& parent, RunFn& run) {
                                  "DIR/ output: copy config.json, tokenizer and processor files from this folder "
                                  "(default: those beside the checkpoint)")
                      ->type_name("DIR");
-  sub->add_flag("--no-assets", o->no_assets, "DIR/ output: copy no config, tokenizer or processor files")->excludes(assets);
-  sub->add_flag("--no-lightning-meta", o->no_lightning_meta,
-                ".pt output of a Lightning checkpoint: leave out meta.pt (the non-tensor state), which is merged by default");
+  sub->add_flag("--no-assets", o->no_assets, "DIR/ output: copy no config, tokenizer or processor files")
+      ->excludes(assets);
+  sub->add_flag(
+      "--no-lightning-meta", o->no_lightning_meta,
+      ".pt output of a Lightning checkpoint: leave out meta.pt (the non-tensor state), which is merged by default");
   sub->add_option("--threads", o->threads, "Parallel readers")->capture_default_str()->type_name("N");
-  sub->add_option("--max-memory", o->max_memory, "Cap on buffer memory (default: the largest tensor's need, at least 1GiB)")
+  sub->add_option("--max-memory", o->max_memory,
+                  "Cap on buffer memory (default: the largest tensor's need, at least 1GiB)")
       ->type_name("SIZE");
   add_precision_options(sub, *o);
   add_io_option(sub, *o);
   add_map_options(sub, o->map, o->config);
   sub->add_option("--lora", o->lora,
-                  "LoRA adapters in the checkpoint: keep (write the keys as they are), adapter (DIR/: a PEFT adapter folder) or merge "
+                  "LoRA adapters in the checkpoint: keep (write the keys as they are), adapter (DIR/: a PEFT adapter "
+                  "folder) or merge "
                   "(the base model with the adapter folded in)")
       ->check(CLI::IsMember({"keep", "adapter", "merge"}))
       ->capture_default_str()
       ->type_name("MODE");
-  sub->add_option("--lora-name", o->lora_name, "The adapter to export or merge, when the checkpoint holds several")->type_name("NAME");
-  sub->add_option("--lora-config", o->lora_config, "The adapter's adapter_config.json (default: one beside the checkpoint)")->type_name("FILE");
-  sub->add_option("--lora-alpha", o->lora_alpha, "The adapter's lora_alpha, when no adapter_config.json says it (scaling alpha/r; an rsLoRA adapter needs --lora-config)")->type_name("N");
-  sub->add_option("--lora-base", o->lora_base, "--lora adapter: base_model_name_or_path for adapter_config.json")->type_name("NAME");
-  sub->add_option("--lora-layout", o->lora_layout,
-                  "MoE experts adapted by target_parameters: fused (PEFT's [r*E] adapter; the merged [E, out, in] stacks) or "
-                  "per-expert (experts.E.{gate,up,down}_proj, as vLLM loads MoE LoRA and save_pretrained writes a merged "
-                  "model) (default: fused for adapter, per-expert for merge)")
+  sub->add_option("--lora-name", o->lora_name, "The adapter to export or merge, when the checkpoint holds several")
+      ->type_name("NAME");
+  sub->add_option("--lora-config", o->lora_config,
+                  "The adapter's adapter_config.json (default: one beside the checkpoint)")
+      ->type_name("FILE");
+  sub->add_option("--lora-alpha", o->lora_alpha,
+                  "The adapter's lora_alpha, when no adapter_config.json says it (scaling alpha/r; an rsLoRA adapter "
+                  "needs --lora-config)")
+      ->type_name("N");
+  sub->add_option("--lora-base", o->lora_base, "--lora adapter: base_model_name_or_path for adapter_config.json")
+      ->type_name("NAME");
+  sub->add_option(
+         "--lora-layout", o->lora_layout,
+         "MoE experts adapted by target_parameters: fused (PEFT's [r*E] adapter; the merged [E, out, in] stacks) or "
+         "per-expert (experts.E.{gate,up,down}_proj, as vLLM loads MoE LoRA and save_pretrained writes a merged "
+         "model) (default: fused for adapter, per-expert for merge)")
       ->check(CLI::IsMember({"fused", "per-expert"}))
       ->type_name("LAYOUT");
   add_quantize_options(sub, *o);
@@ -279,8 +312,9 @@ void setup_consolidate(CLI::App& parent, RunFn& run) {
   sub->add_flag("-q,--quiet", o->quiet, "No progress or notes on stderr");
   sub->add_flag("--json", o->json, "Print a JSON summary on stdout");
   add_dist_options(sub, o->dist, true);
-  sub->add_flag("--parallel-write", o->parallel_write,
-                "Under torchrun, DIR/ output: each rank writes whole shards itself (shared filesystem); rank 0 writes the index");
+  sub->add_flag(
+      "--parallel-write", o->parallel_write,
+      "Under torchrun, DIR/ output: each rank writes whole shards itself (shared filesystem); rank 0 writes the index");
   sub->callback([&run, o] { run = [o] { return run_consolidate(*o); }; });
 }
 

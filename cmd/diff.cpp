@@ -47,7 +47,8 @@ std::string detail(const json& k) {
   if (st == "only_in_b") return side_text(k["b"]);
   if (k.contains("differing")) {
     if (k["differing"].get<uint64_t>() == 0) return side_text(k["a"]) + " vs " + side_text(k["b"]);
-    std::string s = std::to_string(k["differing"].get<uint64_t>()) + " of " + std::to_string(k["numel"].get<uint64_t>()) + " differ";
+    std::string s = std::to_string(k["differing"].get<uint64_t>()) + " of " +
+                    std::to_string(k["numel"].get<uint64_t>()) + " differ";
     auto f = [](const json& v) { return v.is_string() ? v.get<std::string>() : g(v.get<double>()); };
     if (k["nan_mismatch"].get<uint64_t>()) s += " (" + std::to_string(k["nan_mismatch"].get<uint64_t>()) + " NaN)";
     if (k["differing"].get<uint64_t>() > k["nan_mismatch"].get<uint64_t>()) {
@@ -91,15 +92,17 @@ void print_audit(const json& a, const json& keys) {
   std::cout << "audit (" << a["map"].get<std::string>() << ", " << a["direction"].get<std::string>() << "):\n"
             << "  keys mapped          " << n("mapped") << " source keys -> " << n("export_keys") << " export keys\n"
             << "  values bit-equal     " << n("bit_equal") << "\n"
-            << "  within codec error   " << n("within_codec") << " (|x - dq| <= s * half_step(dq / s), s the element's scale)\n";
+            << "  within codec error   " << n("within_codec")
+            << " (|x - dq| <= s * half_step(dq / s), s the element's scale)\n";
   print_codec_bounds(keys);
-  std::cout
-            << "  equal after cast     " << n("after_cast") << "\n"
+  std::cout << "  equal after cast     " << n("after_cast") << "\n"
             << "  tied to embedding    " << n("tied") << "\n"
             << "  dropped by the map   " << n("dropped") << "\n";
-  for (const auto& d : a["dropped"]) std::cout << "    " << d["key"].get<std::string>() << ": " << d["reason"].get<std::string>() << "\n";
+  for (const auto& d : a["dropped"])
+    std::cout << "    " << d["key"].get<std::string>() << ": " << d["reason"].get<std::string>() << "\n";
   std::cout << "  named export-only    " << n("export_only") << "\n";
-  for (const auto& d : a["export_only"]) std::cout << "    " << d["key"].get<std::string>() << ": " << d["reason"].get<std::string>() << "\n";
+  for (const auto& d : a["export_only"])
+    std::cout << "    " << d["key"].get<std::string>() << ": " << d["reason"].get<std::string>() << "\n";
   std::cout << "  left out, not model  " << n("left_out") << "\n"
             << "  excluded (--exclude) " << n("excluded") << "\n"
             << "  config checks        " << n("config_checks");
@@ -109,8 +112,10 @@ void print_audit(const json& a, const json& keys) {
     std::cout << ")";
   }
   std::cout << "\n  unexplained          " << n("unexplained") << "\n";
-  for (const auto& u : a["unexplained"]) std::cout << "    " << u["key"].get<std::string>() << ": " << u["why"].get<std::string>() << "\n";
-  std::cout << (a["clean"].get<bool>() ? "clean: every key of the export is accounted for\n" : "not clean: see the unexplained keys above\n");
+  for (const auto& u : a["unexplained"])
+    std::cout << "    " << u["key"].get<std::string>() << ": " << u["why"].get<std::string>() << "\n";
+  std::cout << (a["clean"].get<bool>() ? "clean: every key of the export is accounted for\n"
+                                       : "not clean: see the unexplained keys above\n");
 }
 
 }  // namespace
@@ -121,7 +126,8 @@ int run_diff(const DiffCliOptions& o) {
   d.map = o.map;
   d.map_config = o.config;
   d.assets = o.assets;
-  if (!o.config.empty() && o.map.empty()) throw UsageError(Where(o.config), "--config gives a key map's parameters; it needs --map");
+  if (!o.config.empty() && o.map.empty())
+    throw UsageError(Where(o.config), "--config gives a key map's parameters; it needs --map");
   d.selection.include = o.include;
   d.selection.exclude = o.exclude;
   if (o.atol >= 0) d.atol = o.atol;
@@ -162,7 +168,8 @@ int run_diff(const DiffCliOptions& o) {
     if (!listed(k)) continue;
     if (!header) std::cout << pad("STATUS", 15) << pad("KEY", kw + 1) << "DETAIL\n";
     header = true;
-    std::cout << pad(k["status"].get<std::string>(), 15) << pad(k["key"].get<std::string>(), kw + 1) << detail(k) << "\n";
+    std::cout << pad(k["status"].get<std::string>(), 15) << pad(k["key"].get<std::string>(), kw + 1) << detail(k)
+              << "\n";
   }
   if (j.contains("audit")) {
     print_audit(j["audit"], j["keys"]);
@@ -186,7 +193,8 @@ int run_diff(const DiffCliOptions& o) {
   } else {
     std::cout << "different:";
     const char* sep = " ";
-    for (const char* s : {"only_in_a", "only_in_b", "kind_changed", "dtype_changed", "shape_changed", "values_changed", "identical"}) {
+    for (const char* s :
+         {"only_in_a", "only_in_b", "kind_changed", "dtype_changed", "shape_changed", "values_changed", "identical"}) {
       std::string name = s;
       for (auto& ch : name)
         if (ch == '_') ch = ' ';
@@ -200,30 +208,44 @@ int run_diff(const DiffCliOptions& o) {
 
 void setup_diff(CLI::App& parent, RunFn& run) {
   auto o = std::make_shared<DiffCliOptions>();
-  auto* sub = parent.add_subcommand("diff", "Compare two checkpoints key by key, any layouts and sharding; exit 0 same, 1 different");
-  sub->add_option("a", o->a, "First input: a DCP directory (any layout), an HF directory, a .safetensors or a .pt/.bin file")
+  auto* sub = parent.add_subcommand(
+      "diff", "Compare two checkpoints key by key, any layouts and sharding; exit 0 same, 1 different");
+  sub->add_option("a", o->a,
+                  "First input: a DCP directory (any layout), an HF directory, a .safetensors or a .pt/.bin file")
       ->required()
       ->type_name("A");
   sub->add_option("b", o->b, "Second input (the reference of --rtol)")->required()->type_name("B");
-  sub->add_option("--select", o->select, "Compare one subtree of each side that has it, prefix stripped (e.g. app.model)")
+  sub->add_option("--select", o->select,
+                  "Compare one subtree of each side that has it, prefix stripped (e.g. app.model)")
       ->type_name("PREFIX");
   add_map_options(sub, o->map, o->config);
-  sub->add_option("--assets", o->assets, "One side a .gguf: the folder with its source's config.json (default: beside the source)")
+  sub->add_option("--assets", o->assets,
+                  "One side a .gguf: the folder with its source's config.json (default: beside the source)")
       ->type_name("DIR");
-  sub->add_option("--include", o->include, "Compare only keys matching this shell glob (repeatable)")->type_name("GLOB");
-  sub->add_option("--exclude", o->exclude, "Leave out keys matching this shell glob (repeatable); with --map, how a model weight no rule covers is left out on purpose")->type_name("GLOB");
-  sub->add_option("--atol", o->atol, "Absolute tolerance: equal when |a - b| <= atol + rtol * |b| (torch.allclose; default exact)")
+  sub->add_option("--include", o->include, "Compare only keys matching this shell glob (repeatable)")
+      ->type_name("GLOB");
+  sub->add_option("--exclude", o->exclude,
+                  "Leave out keys matching this shell glob (repeatable); with --map, how a model weight no rule covers "
+                  "is left out on purpose")
+      ->type_name("GLOB");
+  sub->add_option("--atol", o->atol,
+                  "Absolute tolerance: equal when |a - b| <= atol + rtol * |b| (torch.allclose; default exact)")
       ->check(CLI::NonNegativeNumber)
       ->type_name("X");
-  sub->add_option("--rtol", o->rtol, "Relative tolerance (see --atol; the one not given is 0)")->check(CLI::NonNegativeNumber)->type_name("X");
+  sub->add_option("--rtol", o->rtol, "Relative tolerance (see --atol; the one not given is 0)")
+      ->check(CLI::NonNegativeNumber)
+      ->type_name("X");
   sub->add_flag("--equal-nan", o->equal_nan, "Count NaN equal to NaN");
   sub->add_flag("--ignore-dtype", o->ignore_dtype, "Compare tensors of different dtypes by value in float64");
   sub->add_flag("--all", o->all, "List identical keys too");
   sub->add_flag("--json", o->json, "Print every key as JSON (schema_version 1) on stdout");
   sub->add_option("--threads", o->threads, "Parallel readers")->capture_default_str()->type_name("N");
   sub->add_option("--max-memory", o->max_memory, "Cap on buffer memory (default 1GiB)")->type_name("SIZE");
-  sub->add_flag("-q,--quiet", o->quiet, "Print nothing and stop at the first difference; only the exit code (0 same, 1 different)");
-  sub->footer("Exit codes: 0 same, 1 different, 2 usage error, 3 checkpoint invalid or incomplete, 4 I/O error, 5 unsupported.");
+  sub->add_flag("-q,--quiet", o->quiet,
+                "Print nothing and stop at the first difference; only the exit code (0 same, 1 different)");
+  sub->footer(
+      "Exit codes: 0 same, 1 different, 2 usage error, 3 checkpoint invalid or incomplete, 4 I/O error, 5 "
+      "unsupported.");
   sub->callback([&run, o] { run = [o] { return run_diff(*o); }; });
 }
 

@@ -14,7 +14,8 @@ void add_dist_options(CLI::App* sub, DistOptions& o, bool transport) {
       ->type_name("SECONDS");
   sub->add_flag("--single-process", o.single, "Ignore RANK/WORLD_SIZE from a launcher and run alone");
   if (!transport) return;
-  sub->add_option("--backend", o.backend, "Under torchrun: process group moving the bytes: gloo (CPU, TCP) or nccl (GPUs)")
+  sub->add_option("--backend", o.backend,
+                  "Under torchrun: process group moving the bytes: gloo (CPU, TCP) or nccl (GPUs)")
       ->check(CLI::IsMember({"gloo", "nccl"}))
       ->capture_default_str()
       ->type_name("BACKEND");

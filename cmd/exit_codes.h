@@ -23,7 +23,8 @@ inline constexpr ExitCodeDoc kExitCodes[] = {
     {ExitCode::invalid, "checkpoint invalid or incomplete",
      "The checkpoint, or a file in it, is malformed, inconsistent or incomplete (a referenced file missing); latest "
      "and prune: no checkpoint in the run folder is complete."},
-    {ExitCode::io, "I/O error", "I/O error: an input path that does not exist, an unreadable file, a short read, a failed write, a full disk."},
+    {ExitCode::io, "I/O error",
+     "I/O error: an input path that does not exist, an unreadable file, a short read, a failed write, a full disk."},
     {ExitCode::unsupported, "unsupported",
      "Unsupported: well-formed input that this version does not handle, or no usable GPU for a command that needs "
      "one."},

@@ -45,32 +45,40 @@ void print_map_summary(const nlohmann::json& r) {
     const auto& d = r["dequantized"];
     std::string what;
     if (d["weights"].get<uint64_t>() > 0)
-      what = std::to_string(d["weights"].get<uint64_t>()) + " float8 weights with their " + std::to_string(d["block"][0].get<int64_t>()) + "x" +
-             std::to_string(d["block"][1].get<int64_t>()) + " block scales (_scale_inv)";
+      what = std::to_string(d["weights"].get<uint64_t>()) + " float8 weights with their " +
+             std::to_string(d["block"][0].get<int64_t>()) + "x" + std::to_string(d["block"][1].get<int64_t>()) +
+             " block scales (_scale_inv)";
     if (d.value("mxfp4", uint64_t{0}) > 0)
-      what += (what.empty() ? "" : " and ") + std::to_string(d["mxfp4"].get<uint64_t>()) + " MXFP4 weights (_blocks with their _scales)";
+      what += (what.empty() ? "" : " and ") + std::to_string(d["mxfp4"].get<uint64_t>()) +
+              " MXFP4 weights (_blocks with their _scales)";
     std::cerr << "dequantized " << what;
     if (!d["ignored_scales"].empty())
-      std::cerr << "; left out " << d["ignored_scales"].size() << " _scale_inv of weights that are not float8 (first: "
-                << d["ignored_scales"][0].get<std::string>() << ")";
+      std::cerr << "; left out " << d["ignored_scales"].size()
+                << " _scale_inv of weights that are not float8 (first: " << d["ignored_scales"][0].get<std::string>()
+                << ")";
     std::cerr << "\n";
   }
   if (!r.contains("map")) return;
   const auto& m = r["map"];
-  std::cerr << "map " << m["name"].get<std::string>() << " (" << m["direction"].get<std::string>() << "): " << m["mapped"].get<uint64_t>()
-            << " keys made " << m["outputs"].get<uint64_t>() << " tensors";
+  std::cerr << "map " << m["name"].get<std::string>() << " (" << m["direction"].get<std::string>()
+            << "): " << m["mapped"].get<uint64_t>() << " keys made " << m["outputs"].get<uint64_t>() << " tensors";
   if (!m["left_out"].empty())
-    std::cerr << "; left out " << m["left_out"].size() << " keys no rule covers (first: " << m["left_out"][0].get<std::string>() << ")";
+    std::cerr << "; left out " << m["left_out"].size()
+              << " keys no rule covers (first: " << m["left_out"][0].get<std::string>() << ")";
   if (!m["dropped"].empty()) {
     // Each by a rule of the map, with its reason; the first, as the reasons are few and long.
-    std::cerr << "; dropped " << m["dropped"].size() << " by the map's rules (first: " << m["dropped"][0].get<std::string>();
+    std::cerr << "; dropped " << m["dropped"].size()
+              << " by the map's rules (first: " << m["dropped"][0].get<std::string>();
     const std::string first = m["dropped"][0].get<std::string>();
-    if (m.contains("drop_reasons") && m["drop_reasons"].contains(first)) std::cerr << ": " << m["drop_reasons"][first].get<std::string>();
+    if (m.contains("drop_reasons") && m["drop_reasons"].contains(first))
+      std::cerr << ": " << m["drop_reasons"][first].get<std::string>();
     std::cerr << ")";
   }
   if (m.contains("excluded") && !m["excluded"].empty())
-    std::cerr << "; excluded " << m["excluded"].size() << " by --exclude (first: " << m["excluded"][0].get<std::string>() << ")";
-  if (!m["missing"].empty()) std::cerr << "; could not make " << m["missing"].size() << " (first: " << m["missing"][0].get<std::string>() << ")";
+    std::cerr << "; excluded " << m["excluded"].size()
+              << " by --exclude (first: " << m["excluded"][0].get<std::string>() << ")";
+  if (!m["missing"].empty())
+    std::cerr << "; could not make " << m["missing"].size() << " (first: " << m["missing"][0].get<std::string>() << ")";
   // Written as zeros, from nothing the checkpoint holds: each with its rule's reason (the first).
   if (m.contains("zeros") && !m["zeros"].empty()) {
     const std::string first = m["zeros"][0].get<std::string>();
@@ -100,11 +108,12 @@ void print_map_summary(const nlohmann::json& r) {
   }
   if (m.contains("megatron_args") && m["megatron_args"].is_object()) {
     const auto& a = m["megatron_args"];
-    std::cerr << "args: Megatron-LM's argparse.Namespace of " << a["fields"].size() << " fields in the common state (from "
-              << a["from"].get<std::string>() << ")";
+    std::cerr << "args: Megatron-LM's argparse.Namespace of " << a["fields"].size()
+              << " fields in the common state (from " << a["from"].get<std::string>() << ")";
     if (!a["set"].empty()) {
       std::cerr << "; over the file's:";
-      for (const auto& [k, v] : a["set"].items()) std::cerr << " " << k << " " << v["was"].dump() << " -> " << v["now"].dump();
+      for (const auto& [k, v] : a["set"].items())
+        std::cerr << " " << k << " " << v["was"].dump() << " -> " << v["now"].dump();
     }
     std::cerr << "\n";
   }
@@ -113,7 +122,8 @@ void print_map_summary(const nlohmann::json& r) {
     // Hugging Face -> Megatron-LM: padded as the run pads it (check/megatron_vocab.h).
     const auto& v = m["vocab"];
     std::cerr << "vocabulary: " << v["vocab_size"] << " rows padded to " << v["rows"] << " in " << v["tensors"].size()
-              << " tensor(s), " << v["rows_added"] << " zero rows at the end (" << v["rule"].get<std::string>() << ")\n";
+              << " tensor(s), " << v["rows_added"] << " zero rows at the end (" << v["rule"].get<std::string>()
+              << ")\n";
   } else if (m.contains("vocab") && m["vocab"].is_object()) {
     const auto& v = m["vocab"];
     std::cerr << "vocabulary: wrote the first " << v["vocab_size"] << " of " << v["rows"] << " rows of "

@@ -9,11 +9,11 @@
 
 namespace dcpctl::cli {
 
-std::string human_bytes(uint64_t n);                 // "1.5 MiB", "512 B"
+std::string human_bytes(uint64_t n);                  // "1.5 MiB", "512 B"
 std::string dims_str(const std::vector<int64_t>& d);  // "[4, 5]"
 std::string pad(const std::string& s, size_t width);  // left-aligned, at least one space after
-// Adds `s3: {bytes_fetched, requests, retries}` (and bytes_uploaded, beside an s3:// output's part plan) to a --json document when this process read from
-// (or wrote to) object storage; nothing otherwise.
+// Adds `s3: {bytes_fetched, requests, retries}` (and bytes_uploaded, beside an s3:// output's part plan) to a --json
+// document when this process read from (or wrote to) object storage; nothing otherwise.
 void add_s3_transfer(nlohmann::json& doc);
 
 // What a write transformed, on stderr: the dequantized weights (`dequantized`), the --map summary

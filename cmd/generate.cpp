@@ -19,10 +19,14 @@ int run_generate(const GenerateOptions& o) {
   RunFn unused;
   build_app(app, unused);
   const gen::CommandDoc model = gen::walk(app);
-  if (o.what == "bash") std::cout << gen::emit_bash(model);
-  else if (o.what == "zsh") std::cout << gen::emit_zsh(model);
-  else if (o.what == "fish") std::cout << gen::emit_fish(model);
-  else std::cout << gen::emit_man(model);
+  if (o.what == "bash")
+    std::cout << gen::emit_bash(model);
+  else if (o.what == "zsh")
+    std::cout << gen::emit_zsh(model);
+  else if (o.what == "fish")
+    std::cout << gen::emit_fish(model);
+  else
+    std::cout << gen::emit_man(model);
   std::cout.flush();
   return std::cout ? 0 : static_cast<int>(ExitCode::io);
 }

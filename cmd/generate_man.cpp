@@ -61,7 +61,9 @@ std::string guard_line(const std::string& escaped) {
   return t;
 }
 
-std::string roff_text(const std::string& s) { return guard_line(roff_escape(s)); }
+std::string roff_text(const std::string& s) {
+  return guard_line(roff_escape(s));
+}
 
 // A quoted macro argument.
 std::string roff_arg(const std::string& s) {
@@ -70,8 +72,12 @@ std::string roff_arg(const std::string& s) {
   return out + "\"";
 }
 
-std::string bold(const std::string& s) { return "\\fB" + roff_escape(s) + "\\fR"; }
-std::string italic(const std::string& s) { return "\\fI" + roff_escape(s) + "\\fR"; }
+std::string bold(const std::string& s) {
+  return "\\fB" + roff_escape(s) + "\\fR";
+}
+std::string italic(const std::string& s) {
+  return "\\fI" + roff_escape(s) + "\\fR";
+}
 
 std::string sentence(std::string s) {
   while (!s.empty() && (s.back() == ' ' || s.back() == '\n')) s.pop_back();
@@ -97,7 +103,9 @@ void text_lines(std::ostream& o, const std::string& s) {
   }
 }
 
-std::string value_of(const ArgDoc& a) { return italic(a.value_name.empty() ? "VALUE" : a.value_name); }
+std::string value_of(const ArgDoc& a) {
+  return italic(a.value_name.empty() ? "VALUE" : a.value_name);
+}
 
 // "\fBdcpctl inspect\fR [\fIOPTIONS\fR] \fIcheckpoint\fR": required options are spelled out.
 std::string synopsis(const CommandDoc& c) {
@@ -176,22 +184,40 @@ bool has_option(const CommandDoc& c, const std::string& name) {
 const Example kExamples[] = {
     {{"inspect"}, {}, "dcpctl inspect ckpt/", "Show what the checkpoint in ckpt/ holds and how it is sharded."},
     {{"inspect"}, {"--json"}, "dcpctl inspect --json ckpt/", "The same as JSON, for scripts."},
-    {{"consolidate"}, {}, "dcpctl consolidate hf-shards/ -o model.safetensors",
+    {{"consolidate"},
+     {},
+     "dcpctl consolidate hf-shards/ -o model.safetensors",
      "Consolidate the per-rank safetensors shards of HuggingFaceStorageWriter (any layout dcpctl reads: DCP, DCP with "
      "rank-local metadata or safetensors items, HF-mode DCP, Hugging Face safetensors)."},
-    {{"ls"}, {}, "dcpctl ls outputs/checkpoint", "List a run folder's checkpoints (step-N, checkpoint_N, ...): layout, "
-                                                  "complete or not and why, size, content."},
-    {{"latest"}, {}, "dcpctl consolidate \"$(dcpctl latest outputs/checkpoint)\" -o model.safetensors",
+    {{"ls"},
+     {},
+     "dcpctl ls outputs/checkpoint",
+     "List a run folder's checkpoints (step-N, checkpoint_N, ...): layout, "
+     "complete or not and why, size, content."},
+    {{"latest"},
+     {},
+     "dcpctl consolidate \"$(dcpctl latest outputs/checkpoint)\" -o model.safetensors",
      "Consolidate the newest complete checkpoint of a run folder; latest exits 3 when none is complete."},
-    {{"prune"}, {"--dry-run"}, "dcpctl prune outputs/checkpoint --keep 2 --dry-run",
+    {{"prune"},
+     {"--dry-run"},
+     "dcpctl prune outputs/checkpoint --keep 2 --dry-run",
      "Show which checkpoints a prune keeping the 2 newest complete ones would remove; without --dry-run, remove them."},
-    {{"diff"}, {"--select", "--quiet"}, "dcpctl diff ckpt/ export/ --select app.model --quiet",
+    {{"diff"},
+     {"--select", "--quiet"},
+     "dcpctl diff ckpt/ export/ --select app.model --quiet",
      "CI: exit 1 unless the exported model equals the model in the training checkpoint, bit for bit."},
-    {{"diff"}, {"--atol", "--rtol"}, "dcpctl diff ckpt-w8/ hf-model/ --atol 1e-6 --rtol 1e-5",
+    {{"diff"},
+     {"--atol", "--rtol"},
+     "dcpctl diff ckpt-w8/ hf-model/ --atol 1e-6 --rtol 1e-5",
      "Compare two differently sharded checkpoints with torch.allclose's rule, in float64."},
-    {{"stats"}, {"--check-finite"}, "dcpctl stats --check-finite -q \"$(dcpctl latest RUN)\"",
+    {{"stats"},
+     {"--check-finite"},
+     "dcpctl stats --check-finite -q \"$(dcpctl latest RUN)\"",
      "CI: exit 3 naming every tensor of the newest checkpoint of a run that holds a NaN or an Inf."},
-    {{"stats"}, {"--depth"}, "dcpctl stats ckpt/ --depth 4", "Statistics per layer (keys grouped by their first 4 components)."},
+    {{"stats"},
+     {"--depth"},
+     "dcpctl stats ckpt/ --depth 4",
+     "Statistics per layer (keys grouped by their first 4 components)."},
     {{}, {"--version"}, "dcpctl --version", "Show the versions of dcpctl and LibTorch and whether CUDA is usable."},
 };
 
@@ -209,8 +235,7 @@ void man_header(std::ostringstream& o, const CommandDoc& root) {
   for (char c : root.name()) title += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   o << ".\\\" " << generated_notice("man") << "\n"
     << ".TH " << title << " 1 \"" << kManDate << "\" "  // a date, not text: no escaped hyphens
-    << roff_arg(root.name() + " " + DCPCTL_VERSION)
-    << " \"User Commands\"\n"
+    << roff_arg(root.name() + " " + DCPCTL_VERSION) << " \"User Commands\"\n"
     << ".nh\n";  // no hyphenation: option names and dtypes must not be split
 
   // The description starts "dcpctl: ..."; NAME wants the part after the name.
@@ -263,20 +288,24 @@ void man_environment(std::ostringstream& o, const CommandDoc& root) {
 
 void man_inputs(std::ostringstream& o) {
   o << ".SH INPUTS\n";
-  text_lines(o, "Every command that reads a checkpoint takes a DCP directory (.metadata and __R_N.distcp files, "
-                "torch.save or safetensors items, zstd too), a DCP directory saved with use_collectives=False "
-                "(one __R.metadata per rank, merged and checked), HF-mode DCP written by HuggingFaceStorageWriter "
-                "(shard-R-model-i-of-N.safetensors with DCP_SHARDING_INFO, or its sharded/ folder), a Hugging Face "
-                "safetensors directory (model-i-of-N.safetensors and model.safetensors.index.json) or one .safetensors "
-                "file; diff and stats also a torch.save .pt or .bin file and a Hugging Face directory of torch.save "
-                "files (pytorch_model.bin.index.json and pytorch_model-i-of-N.bin, or one pytorch_model.bin). A run folder (step-N, checkpoint_N, ... "
-                "subfolders, as torchtitan and Ray Train leave them) goes to ls, latest and prune; any other command "
-                "given one exits 2 naming its newest complete checkpoint.");
+  text_lines(o,
+             "Every command that reads a checkpoint takes a DCP directory (.metadata and __R_N.distcp files, "
+             "torch.save or safetensors items, zstd too), a DCP directory saved with use_collectives=False "
+             "(one __R.metadata per rank, merged and checked), HF-mode DCP written by HuggingFaceStorageWriter "
+             "(shard-R-model-i-of-N.safetensors with DCP_SHARDING_INFO, or its sharded/ folder), a Hugging Face "
+             "safetensors directory (model-i-of-N.safetensors and model.safetensors.index.json) or one .safetensors "
+             "file; diff and stats also a torch.save .pt or .bin file and a Hugging Face directory of torch.save "
+             "files (pytorch_model.bin.index.json and pytorch_model-i-of-N.bin, or one pytorch_model.bin). A run "
+             "folder (step-N, checkpoint_N, ... "
+             "subfolders, as torchtitan and Ray Train leave them) goes to ls, latest and prune; any other command "
+             "given one exits 2 naming its newest complete checkpoint.");
   o << ".SH KEY MAPS\n";
-  text_lines(o, "--map NAME|FILE (consolidate, reshard, cast, diff, stats) renames and reshapes tensors between two "
-                "naming conventions as torchtitan's state-dict adapters do; the direction follows the input's keys, "
-                "parameters come from config.json (--config, --assets DIR, or beside the checkpoint). A FILE is a "
-                "dcpctl-map/1 JSON map, or a dcpctl-map/2 family of them whose variant config.json's model_type chooses (docs/maps.md). The built-in maps (dcpctl maps):");
+  text_lines(o,
+             "--map NAME|FILE (consolidate, reshard, cast, diff, stats) renames and reshapes tensors between two "
+             "naming conventions as torchtitan's state-dict adapters do; the direction follows the input's keys, "
+             "parameters come from config.json (--config, --assets DIR, or beside the checkpoint). A FILE is a "
+             "dcpctl-map/1 JSON map, or a dcpctl-map/2 family of them whose variant config.json's model_type chooses "
+             "(docs/maps.md). The built-in maps (dcpctl maps):");
   for (const KeyMap& m : builtin_key_maps()) {
     o << ".TP\n" << bold(m.name) << "\n";
     text_lines(o, m.sides[0] + " <-> " + m.sides[1] + ": " + m.description);

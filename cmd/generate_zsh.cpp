@@ -18,18 +18,23 @@ std::string spec_text(const std::string& s) {
   return out;
 }
 
-std::string function_name(const CommandDoc& c) { return "_" + c.joined("__"); }
+std::string function_name(const CommandDoc& c) {
+  return "_" + c.joined("__");
+}
 
 std::string action(const ArgDoc& a) {
   switch (a.kind) {
-    case ValueKind::file: return "_files";
-    case ValueKind::directory: return "_files -/";
+    case ValueKind::file:
+      return "_files";
+    case ValueKind::directory:
+      return "_files -/";
     case ValueKind::choice: {
       std::string s = "(";
       for (size_t i = 0; i < a.choices.size(); ++i) s += (i ? " " : "") + spec_text(a.choices[i]);
       return s + ")";
     }
-    case ValueKind::none: break;
+    case ValueKind::none:
+      break;
   }
   return " ";  // a value is expected, but nothing to offer
 }
@@ -107,8 +112,8 @@ std::string emit_zsh(const CommandDoc& root) {
     << "# Zsh completion for " << root.name() << ": install as _" << root.name() << " in a directory of $fpath.\n\n";
   for_each_command(root, [&](const CommandDoc& c) { command_function(o, c); });
   std::string f = function_name(root);
-  o << "if [[ $funcstack[1] == " << f << " ]]; then\n  " << f << " \"$@\"\nelse\n  compdef " << f << " "
-    << root.name() << "\nfi\n";
+  o << "if [[ $funcstack[1] == " << f << " ]]; then\n  " << f << " \"$@\"\nelse\n  compdef " << f << " " << root.name()
+    << "\nfi\n";
   return o.str();
 }
 

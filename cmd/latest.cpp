@@ -37,9 +37,12 @@ int run_latest(const LatestCliOptions& o) {
       if (m.present && m.problems.empty())
         e = &*x;
       else
-        why += "\n  " + x->name + ": " + (m.present ? "[" + m.problems[0].code + "] " + m.problems[0].text() : "no " + std::string(kManifestFile));
+        why +=
+            "\n  " + x->name + ": " +
+            (m.present ? "[" + m.problems[0].code + "] " + m.problems[0].text() : "no " + std::string(kManifestFile));
     }
-    if (!e) throw FormatError(Where(o.run), "no verified checkpoint among " + std::to_string(rf.entries.size()) + ":" + why);
+    if (!e)
+      throw FormatError(Where(o.run), "no verified checkpoint among " + std::to_string(rf.entries.size()) + ":" + why);
   } else {
     e = rf.newest_complete();
   }
@@ -48,13 +51,17 @@ int run_latest(const LatestCliOptions& o) {
     for (const auto& x : rf.entries) why += "\n  " + x.name + ": " + x.why_incomplete;
     throw FormatError(Where(o.run), "no complete checkpoint among " + std::to_string(rf.entries.size()) + ":" + why);
   }
-  json doc = {{"schema_version", 1}, {"run_folder", rf.dir}, {"path", e->path}, {"model_path", e->model_path},
-              {"trainer", e->trainer.empty() ? json(nullptr) : json(e->trainer)}, {"step", e->step ? json(*e->step) : json(nullptr)},
-              {"layout", e->layout ? json(layout_name(*e->layout)) : json(nullptr)}, {"timing", run_folder_timing(rf)}};
+  json doc = {{"schema_version", 1},
+              {"run_folder", rf.dir},
+              {"path", e->path},
+              {"model_path", e->model_path},
+              {"trainer", e->trainer.empty() ? json(nullptr) : json(e->trainer)},
+              {"step", e->step ? json(*e->step) : json(nullptr)},
+              {"layout", e->layout ? json(layout_name(*e->layout)) : json(nullptr)},
+              {"timing", run_folder_timing(rf)}};
   add_s3_transfer(doc);
   if (o.json)
-    std::cout << doc.dump(2, ' ', false, json::error_handler_t::replace)
-              << "\n";
+    std::cout << doc.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
   else
     std::cout << e->path << "\n";
   return 0;
@@ -62,7 +69,8 @@ int run_latest(const LatestCliOptions& o) {
 
 void setup_latest(CLI::App& parent, RunFn& run) {
   auto o = std::make_shared<LatestCliOptions>();
-  auto* sub = parent.add_subcommand("latest", "Print the path of a run folder's newest complete checkpoint (exit 3 when none is)");
+  auto* sub = parent.add_subcommand(
+      "latest", "Print the path of a run folder's newest complete checkpoint (exit 3 when none is)");
   sub->add_option("run", o->run, "Run folder")->required()->type_name("RUN");
   sub->add_flag("--json", o->json, "Print path, step and layout as JSON (schema_version 1)");
   sub->add_flag("--verified", o->verified,

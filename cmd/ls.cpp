@@ -8,8 +8,8 @@
 #include "meta/manifest.h"
 #include "meta/run_folder.h"
 #include "report/runs.h"
-#include "util/error.h"
 #include "store/file.h"
+#include "util/error.h"
 
 namespace dcpctl::cli {
 
@@ -28,7 +28,10 @@ RunFolder require_run_folder(const std::string& dir, Judge judge) {
   if (holds_checkpoint_files(dir))
     throw UsageError(Where(dir), "is a checkpoint, not a run folder of checkpoints (dcpctl inspect shows it)");
   auto rf = scan_run_folder(dir, judge);
-  if (!rf || rf->entries.empty()) throw UsageError(Where(dir), "holds no checkpoint (a subfolder whose name ends in a step number and that holds checkpoint files)");
+  if (!rf || rf->entries.empty())
+    throw UsageError(
+        Where(dir),
+        "holds no checkpoint (a subfolder whose name ends in a step number and that holds checkpoint files)");
   return std::move(*rf);
 }
 
@@ -65,23 +68,31 @@ int run_ls(const LsCliOptions& o) {
   }
   size_t name_width = 6;
   for (const auto& e : rf.entries) name_width = std::max(name_width, e.name.size() + 3);
-  std::cout << pad("STEP", 8) << pad("NAME", name_width) << pad("LAYOUT", 23) << pad("STATE", 11) << pad("SIZE", 11) << pad("TENSORS", 9)
-            << pad("CONTENT", 17) << pad("MODIFIED (UTC)", 18) << "DTYPES\n";
+  std::cout << pad("STEP", 8) << pad("NAME", name_width) << pad("LAYOUT", 23) << pad("STATE", 11) << pad("SIZE", 11)
+            << pad("TENSORS", 9) << pad("CONTENT", 17) << pad("MODIFIED (UTC)", 18) << "DTYPES\n";
   for (size_t i = 0; i < rf.entries.size(); ++i) {
     const RunEntry& e = rf.entries[i];
     std::string dtypes;
     for (const auto& [d, n] : e.dtypes) dtypes += (dtypes.empty() ? "" : ",") + d;
     std::cout << pad(e.step ? std::to_string(*e.step) : "-", 8) << pad(e.name + (e.symlink ? "@" : ""), name_width)
-              << pad(e.layout ? layout_name(*e.layout) : "-", 23) << pad(!e.complete ? "INCOMPLETE" : verified[i] ? "verified" : "complete", 11)
+              << pad(e.layout ? layout_name(*e.layout) : "-", 23)
+              << pad(!e.complete   ? "INCOMPLETE"
+                     : verified[i] ? "verified"
+                                   : "complete",
+                     11)
               << pad(human_bytes(e.bytes), 11) << pad(std::to_string(e.tensors), 9)
-              << pad(e.tensors == 0 ? "-" : e.optimizer ? "model+optimizer" : "model only", 17) << pad(date_text(e.mtime), 18)
-              << (dtypes.empty() ? "-" : dtypes) << "\n";
+              << pad(e.tensors == 0 ? "-"
+                     : e.optimizer  ? "model+optimizer"
+                                    : "model only",
+                     17)
+              << pad(date_text(e.mtime), 18) << (dtypes.empty() ? "-" : dtypes) << "\n";
     if (!e.complete) std::cout << "        why: " << e.why_incomplete << "\n";
   }
   for (const auto& left : rf.prune_leftovers)
     std::cout << "note: " << left << " was left by an interrupted prune (the next prune removes it)\n";
   const RunEntry* newest = rf.newest_complete();
-  std::cout << rf.entries.size() << " checkpoint(s); newest complete: " << (newest ? newest->path : std::string("none"));
+  std::cout << rf.entries.size()
+            << " checkpoint(s); newest complete: " << (newest ? newest->path : std::string("none"));
   if (o.verified) std::cout << "; newest verified: " << (newest_verified ? newest_verified->path : std::string("none"));
   std::cout << "\n";
   return 0;
@@ -89,8 +100,11 @@ int run_ls(const LsCliOptions& o) {
 
 void setup_ls(CLI::App& parent, RunFn& run) {
   auto o = std::make_shared<LsCliOptions>();
-  auto* sub = parent.add_subcommand("ls", "List the checkpoints of a run folder: step, layout, complete or not and why, size, content");
-  sub->add_option("run", o->run, "Run folder (its subfolders step-N, checkpoint_N, ... are checkpoints)")->required()->type_name("RUN");
+  auto* sub = parent.add_subcommand(
+      "ls", "List the checkpoints of a run folder: step, layout, complete or not and why, size, content");
+  sub->add_option("run", o->run, "Run folder (its subfolders step-N, checkpoint_N, ... are checkpoints)")
+      ->required()
+      ->type_name("RUN");
   sub->add_flag("--json", o->json, "Print the list as JSON (schema_version 1) on stdout");
   sub->add_flag("--verified", o->verified,
                 "Also check each complete checkpoint's dcpctl-manifest.json (every file hashed): STATE verified, and "

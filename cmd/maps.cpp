@@ -23,10 +23,20 @@ int run_maps(const MapsCliOptions& o) {
       for (int s = 0; s < 2 && m.has_model; ++s) model[m.sides[s]] = m.model[s];
       json variants = json::array();
       for (const auto& v : m.variants)
-        variants.push_back({{"name", v.name}, {"model_types", v.model_types}, {"default", v.is_default}, {"description", v.description}});
-      list.push_back({{"name", m.name}, {"sides", {m.sides[0], m.sides[1]}}, {"description", m.description}, {"models", m.models},
-                      {"model", m.has_model ? model : json()}, {"rule_kinds", rule_kinds(m)}, {"rules", m.rules.size()}, {"params", params},
-                      {"family", m.family.empty() ? json() : json(m.family)}, {"variants", variants}});
+        variants.push_back({{"name", v.name},
+                            {"model_types", v.model_types},
+                            {"default", v.is_default},
+                            {"description", v.description}});
+      list.push_back({{"name", m.name},
+                      {"sides", {m.sides[0], m.sides[1]}},
+                      {"description", m.description},
+                      {"models", m.models},
+                      {"model", m.has_model ? model : json()},
+                      {"rule_kinds", rule_kinds(m)},
+                      {"rules", m.rules.size()},
+                      {"params", params},
+                      {"family", m.family.empty() ? json() : json(m.family)},
+                      {"variants", variants}});
     }
     std::cout << json{{"schema_version", 1}, {"maps", list}}.dump(2) << "\n";
     return 0;
@@ -34,7 +44,8 @@ int run_maps(const MapsCliOptions& o) {
   size_t w = 4;
   for (const auto& m : maps) w = std::max(w, m.name.size());
   for (const auto& m : maps) {
-    std::cout << m.name << std::string(w + 2 - m.name.size(), ' ') << m.sides[0] << " <-> " << m.sides[1] << "  " << m.description << "\n";
+    std::cout << m.name << std::string(w + 2 - m.name.size(), ' ') << m.sides[0] << " <-> " << m.sides[1] << "  "
+              << m.description << "\n";
     std::string pad(w + 2, ' '), models, kinds;
     for (const auto& x : m.models) models += (models.empty() ? "" : "; ") + x;
     for (const auto& x : rule_kinds(m)) kinds += (kinds.empty() ? "" : ", ") + x;
@@ -60,7 +71,9 @@ int run_maps(const MapsCliOptions& o) {
 
 void setup_maps(CLI::App& parent, RunFn& run) {
   auto o = std::make_shared<MapsCliOptions>();
-  auto* sub = parent.add_subcommand("maps", "List the built-in key maps that --map takes (torchtitan and Megatron <-> Hugging Face names and layouts): sides, models, rule kinds");
+  auto* sub = parent.add_subcommand("maps",
+                                    "List the built-in key maps that --map takes (torchtitan and Megatron <-> Hugging "
+                                    "Face names and layouts): sides, models, rule kinds");
   sub->add_flag("--json", o->json, "Print the maps as JSON (schema_version 1)");
   sub->callback([&run, o] { run = [o] { return run_maps(*o); }; });
 }

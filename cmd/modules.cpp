@@ -18,7 +18,8 @@ void register_modules() {
 std::string module_left_out(const std::string& output) {
 #ifndef DCPCTL_WITH_GGUF
   if (output.size() >= 5 && output.compare(output.size() - 5, 5, ".gguf") == 0)
-    return "a .gguf output is written by the GGUF module (src/gguf/), which this build of dcpctl left out: configure it with "
+    return "a .gguf output is written by the GGUF module (src/gguf/), which this build of dcpctl left out: configure "
+           "it with "
            "-DDCPCTL_WITH_GGUF=ON";
 #endif
   (void)output;

@@ -27,7 +27,9 @@ int run_prune(const PruneCliOptions& o) {
   json removed = json::array(), kept = json::array();
   uint64_t freed = 0;
   size_t checkpoints = 0;  // of `removed`; the rest are leftovers (an interrupted prune's, a killed run's temporaries)
-  auto row = [](const PruneDecision& d) { return json{{"name", d.entry->name}, {"path", d.entry->path}, {"reason", d.reason}}; };
+  auto row = [](const PruneDecision& d) {
+    return json{{"name", d.entry->name}, {"path", d.entry->path}, {"reason", d.reason}};
+  };
   for (const auto& d : plan)
     if (!d.remove) kept.push_back(row(d));
   // The temporaries killed dcpctl runs left in the folder (write/leftovers.h): those of a process
@@ -43,12 +45,14 @@ int run_prune(const PruneCliOptions& o) {
     if (!l.removable()) kept.push_back(temp_row(l));
   auto report = [&] {
     if (o.json) {
-      std::cout << json{{"schema_version", 1}, {"run_folder", rf.dir}, {"dry_run", o.dry_run}, {"keep", o.keep},
-                        {"incomplete", o.incomplete}, {"removed", removed}, {"kept", kept}, {"bytes_freed", freed}}
+      std::cout << json{{"schema_version", 1}, {"run_folder", rf.dir},       {"dry_run", o.dry_run},
+                        {"keep", o.keep},      {"incomplete", o.incomplete}, {"removed", removed},
+                        {"kept", kept},        {"bytes_freed", freed}}
                        .dump(2)
                 << "\n";
     } else if (!o.quiet) {
-      for (const auto& k : kept) std::cout << "keep    " << k["path"].get<std::string>() << "  (" << k["reason"].get<std::string>() << ")\n";
+      for (const auto& k : kept)
+        std::cout << "keep    " << k["path"].get<std::string>() << "  (" << k["reason"].get<std::string>() << ")\n";
       std::cout << (o.dry_run ? "would remove " : "removed ") << checkpoints << " checkpoint(s), ";
       if (removed.size() > checkpoints) std::cout << removed.size() - checkpoints << " leftover(s), ";
       std::cout << human_bytes(freed) << "\n";
@@ -56,7 +60,9 @@ int run_prune(const PruneCliOptions& o) {
   };
   if (o.dry_run) {
     for (const auto& left : rf.prune_leftovers) {
-      removed.push_back({{"name", left.substr(left.find_last_of('/') + 1)}, {"path", left}, {"reason", "left by an interrupted prune"}});
+      removed.push_back({{"name", left.substr(left.find_last_of('/') + 1)},
+                         {"path", left},
+                         {"reason", "left by an interrupted prune"}});
       if (!o.json && !o.quiet) std::cout << "remove  " << left << "  (left by an interrupted prune)\n";
     }
     for (const auto& l : temps)
@@ -84,7 +90,9 @@ int run_prune(const PruneCliOptions& o) {
         if (!o.json && !o.quiet) std::cout << "removed " << l.path << "  (" << l.reason() << ")\n";
       }
     execute_prune(rf, plan, [&](const std::string& path) {
-      json r = {{"name", path.substr(path.find_last_of('/') + 1)}, {"path", path}, {"reason", "left by an interrupted prune"}};
+      json r = {{"name", path.substr(path.find_last_of('/') + 1)},
+                {"path", path},
+                {"reason", "left by an interrupted prune"}};
       for (const auto& d : plan)
         if (d.entry->path == path) {
           r = row(d);
@@ -105,9 +113,12 @@ int run_prune(const PruneCliOptions& o) {
 void setup_prune(CLI::App& parent, RunFn& run) {
   auto o = std::make_shared<PruneCliOptions>();
   auto* sub = parent.add_subcommand(
-      "prune", "Remove all but the N newest complete checkpoints of a run folder (never the newest, never one in flight)");
+      "prune",
+      "Remove all but the N newest complete checkpoints of a run folder (never the newest, never one in flight)");
   sub->add_option("run", o->run, "Run folder")->required()->type_name("RUN");
-  sub->add_option("--keep", o->keep, "How many of the newest complete checkpoints to keep (at least 1)")->required()->type_name("N");
+  sub->add_option("--keep", o->keep, "How many of the newest complete checkpoints to keep (at least 1)")
+      ->required()
+      ->type_name("N");
   sub->add_flag("--incomplete", o->incomplete, "Also remove incomplete checkpoints older than the newest complete one");
   sub->add_flag("--dry-run", o->dry_run, "List what would be removed; remove nothing");
   sub->add_flag("--json", o->json, "Print what was (or would be) removed and kept as JSON (schema_version 1)");

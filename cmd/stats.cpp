@@ -43,8 +43,10 @@ void print_table(const json& rows, const char* key_field, bool with_type) {
   }
   kw = std::min<size_t>(kw, 60);
   std::cout << pad(std::string(key_field) == "prefix" ? "GROUP" : "KEY", kw + 1);
-  if (with_type) std::cout << pad("DTYPE", dw + 1) << pad("SHAPE", 14);
-  else std::cout << pad("TENSORS", 8);
+  if (with_type)
+    std::cout << pad("DTYPE", dw + 1) << pad("SHAPE", 14);
+  else
+    std::cout << pad("TENSORS", 8);
   for (const char* h : {"NUMEL", "MIN", "MAX", "MEAN", "STD", "ABSMAX", "L2"}) std::cout << pad(h, 13);
   std::cout << "NAN INF ZEROS\n";
   for (const auto& r : rows) {
@@ -54,8 +56,8 @@ void print_table(const json& rows, const char* key_field, bool with_type) {
       bool cx = r.contains("view_as_real");
       std::cout << pad(r["dtype"].get<std::string>() + (cx ? "*" : ""), dw + 1)
                 << pad(dims_str(r[cx ? "view_as_real" : "shape"].get<std::vector<int64_t>>()), 14);
-    }
-    else std::cout << pad(std::to_string(r["tensors"].get<uint64_t>()), 8);
+    } else
+      std::cout << pad(std::to_string(r["tensors"].get<uint64_t>()), 8);
     for (const char* f : {"numel", "min", "max", "mean", "std", "abs_max", "l2_norm"}) std::cout << pad(num(r[f]), 13);
     std::cout << r["nan"].get<uint64_t>() << " " << r["pos_inf"].get<uint64_t>() + r["neg_inf"].get<uint64_t>() << " "
               << r["zeros"].get<uint64_t>() << "\n";
@@ -71,7 +73,8 @@ int run_stats(const StatsCliOptions& o) {
   so.selection.prefix = o.select;
   so.map = o.map;
   so.map_config = o.config;
-  if (!o.config.empty() && o.map.empty()) throw UsageError(Where(o.config), "--config gives a key map's parameters; it needs --map");
+  if (!o.config.empty() && o.map.empty())
+    throw UsageError(Where(o.config), "--config gives a key map's parameters; it needs --map");
   so.selection.include = o.include;
   so.selection.include.insert(so.selection.include.end(), o.filters.begin(), o.filters.end());
   so.selection.exclude = o.exclude;
@@ -89,8 +92,10 @@ int run_stats(const StatsCliOptions& o) {
     add_s3_transfer(j);
     std::cout << j.dump(2) << "\n";
   } else if (!o.quiet) {
-    if (o.depth > 0) print_table(j["groups"], "prefix", false);
-    else print_table(j["tensors"], "key", true);
+    if (o.depth > 0)
+      print_table(j["groups"], "prefix", false);
+    else
+      print_table(j["tensors"], "key", true);
     if (o.depth == 0)
       for (const auto& t : j["tensors"])
         if (t.contains("view_as_real")) {
@@ -98,8 +103,8 @@ int run_stats(const StatsCliOptions& o) {
           break;
         }
     for (const auto& s : j["skipped"])
-      std::cout << "skipped " << s["key"].get<std::string>() << " (" << s["dtype"].get<std::string>() << "): "
-                << s["reason"].get<std::string>() << "\n";
+      std::cout << "skipped " << s["key"].get<std::string>() << " (" << s["dtype"].get<std::string>()
+                << "): " << s["reason"].get<std::string>() << "\n";
     std::cout << j["tensors"].size() << " tensors, " << human_bytes(r.bytes_read) << " read";
     if (r.values) std::cout << "; " << r.values << " non-tensor values not summarised";
     char t[32];
@@ -119,26 +124,32 @@ int run_stats(const StatsCliOptions& o) {
 
 void setup_stats(CLI::App& parent, RunFn& run) {
   auto o = std::make_shared<StatsCliOptions>();
-  auto* sub = parent.add_subcommand("stats", "Per-tensor min, max, mean, std, abs max, L2 norm and NaN/Inf/zero counts; --check-finite gate");
+  auto* sub = parent.add_subcommand(
+      "stats", "Per-tensor min, max, mean, std, abs max, L2 norm and NaN/Inf/zero counts; --check-finite gate");
   sub->add_option("checkpoint", o->checkpoint,
                   "Input: a DCP directory (any layout), an HF safetensors directory, a .safetensors or a .pt/.bin file")
       ->required()
       ->type_name("PATH");
   sub->add_flag("--json", o->json, "Print the statistics as JSON (schema_version 1) on stdout");
-  sub->add_option("--depth", o->depth, "Group by the first N components of the key (e.g. 3: app.model.layers) and print the groups")
+  sub->add_option("--depth", o->depth,
+                  "Group by the first N components of the key (e.g. 3: app.model.layers) and print the groups")
       ->type_name("N");
-  sub->add_option("--filter", o->filters, "Only keys matching this shell glob (fnmatch, case-sensitive; repeatable)")->type_name("GLOB");
+  sub->add_option("--filter", o->filters, "Only keys matching this shell glob (fnmatch, case-sensitive; repeatable)")
+      ->type_name("GLOB");
   sub->add_option("--select", o->select, "Keep one subtree and strip its prefix (e.g. app.model)")->type_name("PREFIX");
   add_map_options(sub, o->map, o->config);
   sub->add_option("--include", o->include, "Keep only keys matching this shell glob (repeatable)")->type_name("GLOB");
   sub->add_option("--exclude", o->exclude, "Drop keys matching this shell glob (repeatable)")->type_name("GLOB");
-  sub->add_flag("--check-finite", o->check_finite,
-                "Exit 3 when a floating or complex tensor holds a NaN or an Inf, naming each with its counts and first index");
+  sub->add_flag(
+      "--check-finite", o->check_finite,
+      "Exit 3 when a floating or complex tensor holds a NaN or an Inf, naming each with its counts and first index");
   sub->add_flag("--check-zero", o->check_zero, "Exit 3 when a floating or complex tensor is all zeros, naming each");
   sub->add_option("--threads", o->threads, "Parallel readers")->capture_default_str()->type_name("N");
   sub->add_option("--max-memory", o->max_memory, "Cap on buffer memory (default 1GiB)")->type_name("SIZE");
   sub->add_flag("-q,--quiet", o->quiet, "No table and no progress; only the exit code and gate failures on stderr");
-  sub->footer("Exit codes: 0 ok, 1 failure, 2 usage error, 3 checkpoint invalid or incomplete, or a --check-finite/--check-zero gate failed, 4 I/O error, 5 unsupported.");
+  sub->footer(
+      "Exit codes: 0 ok, 1 failure, 2 usage error, 3 checkpoint invalid or incomplete, or a "
+      "--check-finite/--check-zero gate failed, 4 I/O error, 5 unsupported.");
   sub->callback([&run, o] { run = [o] { return run_stats(*o); }; });
 }
 

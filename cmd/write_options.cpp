@@ -23,7 +23,8 @@ void to_write_options(const WriteCliOptions& c, WriteOptions& w, ProgressLine& l
       throw UsageError(Where(), "--dtype " + c.dtype + ": expected fp32, fp16, bf16, fp64, fp8_e4m3 or fp8_e5m2");
   }
   if ((!c.keep_dtype.empty() || c.cast_all) && !w.cast)
-    throw UsageError(Where(), std::string(c.cast_all ? "--cast-all" : "--keep-dtype") + " says what --dtype casts; it needs --dtype");
+    throw UsageError(Where(), std::string(c.cast_all ? "--cast-all" : "--keep-dtype") +
+                                  " says what --dtype casts; it needs --dtype");
   if (!c.keep_dtype.empty() && c.cast_all)
     throw UsageError(Where(), "--cast-all casts every floating tensor and --keep-dtype keeps some: give one of them");
   w.keep_dtype = c.keep_dtype;
@@ -48,25 +49,29 @@ void to_write_options(const WriteCliOptions& c, WriteOptions& w, ProgressLine& l
     throw UsageError(Where(c.config), "--config gives a key map's parameters; it needs --map");
   if (c.quantize.empty() &&
       (!c.quantize_block.empty() || !c.quantize_skip.empty() || !c.quantize_format.empty() || c.quantize_group))
-    throw UsageError(Where(), "--quantize-block, --quantize-group, --quantize-format and --quantize-skip go with --quantize");
+    throw UsageError(Where(),
+                     "--quantize-block, --quantize-group, --quantize-format and --quantize-skip go with --quantize");
   if (!c.quantize.empty()) {
     for (const CalibratedScheme& s : calibrated_schemes())
       if (c.quantize == s.word)
-        throw UnsupportedError(Where(), "--quantize " + c.quantize + " needs " + s.missing + "; dcpctl writes " + s.instead);
+        throw UnsupportedError(Where(),
+                               "--quantize " + c.quantize + " needs " + s.missing + "; dcpctl writes " + s.instead);
     w.quantize.scheme = c.quantize;
     w.quantize.format = c.quantize_format;
     w.quantize.skip = c.quantize_skip;
     if (!c.quantize_format.empty() && !quantize_codec(c.quantize, c.quantize_format)) {
       std::string forms;
       for (const std::string& f : quantize_formats(c.quantize)) forms += (forms.empty() ? "" : ", ") + f;
-      throw UsageError(Where(), "--quantize " + c.quantize + " --quantize-format " + c.quantize_format + ": " + c.quantize +
-                                    " is written in the form of " + forms);
+      throw UsageError(Where(), "--quantize " + c.quantize + " --quantize-format " + c.quantize_format + ": " +
+                                    c.quantize + " is written in the form of " + forms);
     }
-    if (const Codec* codec = quantize_codec(c.quantize, c.quantize_format); !c.quantize_block.empty() && codec && *codec->block_refusal)
+    if (const Codec* codec = quantize_codec(c.quantize, c.quantize_format);
+        !c.quantize_block.empty() && codec && *codec->block_refusal)
       throw UsageError(Where(), codec->block_refusal);
     if (const Codec* codec = quantize_codec(c.quantize, c.quantize_format); c.quantize_group && codec) {
       if (!codec->quantize_group)
-        throw UsageError(Where(), "--quantize-group goes with w4a16: --quantize " + c.quantize + " has groups of its own");
+        throw UsageError(Where(),
+                         "--quantize-group goes with w4a16: --quantize " + c.quantize + " has groups of its own");
       if (c.quantize_group % 8 != 0)
         throw UsageError(Where(), "--quantize-group " + std::to_string(c.quantize_group) +
                                       ": a multiple of 8 (each int32 word of weight_packed holds 8 values)");
@@ -75,8 +80,10 @@ void to_write_options(const WriteCliOptions& c, WriteOptions& w, ProgressLine& l
     if (!c.quantize_block.empty()) {
       long long r = 0, n = 0;
       char tail = 0;
-      if (std::sscanf(c.quantize_block.c_str(), "%lldx%lld%c", &r, &n, &tail) != 2 || r <= 0 || n <= 0 || r > (1 << 20) || n > (1 << 20))
-        throw UsageError(Where(), "--quantize-block " + c.quantize_block + ": give RxC, two positive integers (128x128)");
+      if (std::sscanf(c.quantize_block.c_str(), "%lldx%lld%c", &r, &n, &tail) != 2 || r <= 0 || n <= 0 ||
+          r > (1 << 20) || n > (1 << 20))
+        throw UsageError(Where(),
+                         "--quantize-block " + c.quantize_block + ": give RxC, two positive integers (128x128)");
       w.quantize.block[0] = r;
       w.quantize.block[1] = n;
     }
@@ -113,21 +120,25 @@ void add_quantize_options(CLI::App* sub, WriteCliOptions& c) {
                       (forms.empty() ? std::string("Each scheme has one") : forms))
       ->check(CLI::IsMember(quantize_formats()))
       ->type_name("QUANT_METHOD");
-  sub->add_option("--quantize-block", c.quantize_block, "--quantize fp8-block: the block, RxC (default 128x128)")->type_name("RxC");
+  sub->add_option("--quantize-block", c.quantize_block, "--quantize fp8-block: the block, RxC (default 128x128)")
+      ->type_name("RxC");
   sub->add_option("--quantize-group", c.quantize_group,
                   "--quantize w4a16: the values one scale covers along a row, a multiple of 8 (default 128)")
       ->check(CLI::Range(int64_t{8}, int64_t{1} << 20))
       ->type_name("N");
-  sub->add_option("--quantize-skip", c.quantize_skip, "--quantize: also keep the weights whose key matches GLOB as they are (repeatable)")
+  sub->add_option("--quantize-skip", c.quantize_skip,
+                  "--quantize: also keep the weights whose key matches GLOB as they are (repeatable)")
       ->type_name("GLOB");
 }
 
 void add_precision_options(CLI::App* sub, WriteCliOptions& c) {
-  sub->add_option("--keep-dtype", c.keep_dtype,
-                  "--dtype leaves tensors matching this shell glob in their saved dtype (repeatable), beside those the model "
-                  "keeps in float32 (transformers' _keep_in_fp32_modules_strict) and the key maps declare")
+  sub->add_option(
+         "--keep-dtype", c.keep_dtype,
+         "--dtype leaves tensors matching this shell glob in their saved dtype (repeatable), beside those the model "
+         "keeps in float32 (transformers' _keep_in_fp32_modules_strict) and the key maps declare")
       ->type_name("GLOB");
-  sub->add_flag("--cast-all", c.cast_all, "--dtype casts every floating tensor, those the model keeps in float32 too (listed in the summary)");
+  sub->add_flag("--cast-all", c.cast_all,
+                "--dtype casts every floating tensor, those the model keeps in float32 too (listed in the summary)");
 }
 
 void print_cast_summary(const nlohmann::json& r, std::ostream& out) {
@@ -137,8 +148,10 @@ void print_cast_summary(const nlohmann::json& r, std::ostream& out) {
     const int64_t block[2] = {q["block"][0].get<int64_t>(), q["block"][1].get<int64_t>()};
     if (const Codec* codec = quantize_codec(q["scheme"].get<std::string>(), q.value("format", "")))
       out << codec->written_summary(block);
-    if (q["kept"].empty()) out << "\n";
-    else out << "; kept " << q["kept"].size() << " weight(s) as they were:\n";
+    if (q["kept"].empty())
+      out << "\n";
+    else
+      out << "; kept " << q["kept"].size() << " weight(s) as they were:\n";
     size_t n = 0;
     for (const auto& k : q["kept"]) {
       if (++n > 20) {
@@ -158,8 +171,8 @@ void print_cast_summary(const nlohmann::json& r, std::ostream& out) {
         out << "  ... and " << v.size() - 20 << " more (--json lists every one)\n";
         break;
       }
-      out << "  " << k["key"].get<std::string>() << "  " << k["dtype"].get<std::string>() << (cast ? " -> " + to : "") << "  ("
-          << k["reason"].get<std::string>() << ")\n";
+      out << "  " << k["key"].get<std::string>() << "  " << k["dtype"].get<std::string>() << (cast ? " -> " + to : "")
+          << "  (" << k["reason"].get<std::string>() << ")\n";
     }
   };
   // Which model schema decided, and how it was found; or why none did.
@@ -178,11 +191,13 @@ void print_cast_summary(const nlohmann::json& r, std::ostream& out) {
     }
   }
   if (!c["kept"].empty()) {
-    out << "kept " << c["kept"].size() << " tensor(s) in their saved dtype, not " << to << " (--cast-all casts them):\n";
+    out << "kept " << c["kept"].size() << " tensor(s) in their saved dtype, not " << to
+        << " (--cast-all casts them):\n";
     list(c["kept"], false);
   }
   if (!c["cast_anyway"].empty()) {
-    out << "cast " << c["cast_anyway"].size() << " tensor(s) to " << to << " that the precision policy keeps in their dtype, as --cast-all asks:\n";
+    out << "cast " << c["cast_anyway"].size() << " tensor(s) to " << to
+        << " that the precision policy keeps in their dtype, as --cast-all asks:\n";
     list(c["cast_anyway"], true);
   }
 }
@@ -203,17 +218,21 @@ void add_io_option(CLI::App* sub, WriteCliOptions& c) {
 }
 
 void add_map_options(CLI::App* sub, std::string& map, std::string& config) {
-  sub->add_option("--map", map,
-                  "Rename and reshape tensors with a key map: a built-in one (dcpctl maps) or a FILE.json; the direction "
-                  "follows the input's keys (torchtitan -> Hugging Face, or back)")
+  sub->add_option(
+         "--map", map,
+         "Rename and reshape tensors with a key map: a built-in one (dcpctl maps) or a FILE.json; the direction "
+         "follows the input's keys (torchtitan -> Hugging Face, or back)")
       ->type_name("NAME|FILE");
-  sub->add_option("--config", config,
-                  "The model's config.json, for the map's parameters (heads, experts); default: --assets DIR's, else the "
-                  "checkpoint's own")
+  sub->add_option(
+         "--config", config,
+         "The model's config.json, for the map's parameters (heads, experts); default: --assets DIR's, else the "
+         "checkpoint's own")
       ->type_name("FILE");
 }
 
-bool wants_progress(const WriteCliOptions& c) { return !c.quiet && stderr_is_tty() && !c.dry_run && std::getenv("RANK") == nullptr; }
+bool wants_progress(const WriteCliOptions& c) {
+  return !c.quiet && stderr_is_tty() && !c.dry_run && std::getenv("RANK") == nullptr;
+}
 
 void add_megatron_target_options(CLI::App* sub, WriteCliOptions& c) {
   sub->add_option("--megatron-args", c.megatron_args,
@@ -225,8 +244,9 @@ void add_megatron_target_options(CLI::App* sub, WriteCliOptions& c) {
                   "(default 128, as Megatron-LM)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30))
       ->type_name("N");
-  sub->add_option("--tensor-model-parallel-size", c.tensor_model_parallel_size,
-                  "--format megatron for Megatron-LM: the run's tensor-parallel size the vocabulary is padded for (default 1)")
+  sub->add_option(
+         "--tensor-model-parallel-size", c.tensor_model_parallel_size,
+         "--format megatron for Megatron-LM: the run's tensor-parallel size the vocabulary is padded for (default 1)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
       ->type_name("N");
 }
@@ -234,9 +254,10 @@ void add_megatron_target_options(CLI::App* sub, WriteCliOptions& c) {
 void check_megatron_target_options(const WriteCliOptions& c, bool megatron_format) {
   if (c.megatron_args.empty() && c.make_vocab_size_divisible_by == 0 && c.tensor_model_parallel_size == 0) return;
   if (!megatron_format || c.map.empty())
-    throw UsageError(Where(), "--megatron-args, --make-vocab-size-divisible-by and --tensor-model-parallel-size say the "
-                              "Megatron-LM run a Hugging Face model is written for: they go with --format megatron and "
-                              "--map megatron");
+    throw UsageError(Where(),
+                     "--megatron-args, --make-vocab-size-divisible-by and --tensor-model-parallel-size say the "
+                     "Megatron-LM run a Hugging Face model is written for: they go with --format megatron and "
+                     "--map megatron");
 }
 
 }  // namespace dcpctl::cli

@@ -119,9 +119,7 @@ class HfFolderChecker {
     if (st.kind == PathInfo::missing)
       throw IoError(Where(path), "cannot open: " + (st.err ? errno_text(st.err) : std::string("no such file")));
     folder_ = st.kind == PathInfo::directory;
-    dir_ = folder_                                ? path
-           : path.find('/') == std::string::npos ? "."
-                                                  : path.substr(0, path.find_last_of('/'));
+    dir_ = folder_ ? path : path.find('/') == std::string::npos ? "." : path.substr(0, path.find_last_of('/'));
     index_ = join_path(dir_, "model.safetensors.index.json");
     config_ = join_path(dir_, "config.json");
     has_index_ = folder_ && path_exists(index_);
@@ -180,7 +178,8 @@ class HfFolderChecker {
     precise_.insert(precise_.end(), a.problems.begin(), a.problems.end());
     const KeepDtypeEntry keep = read_keep_dtype_entry(a.metadata);
     if (!keep.error.empty())
-      r_.warnings.push_back({"keep-dtype-entry-invalid", Where(f, std::nullopt, std::string("__metadata__.") + kKeepDtypeEntry),
+      r_.warnings.push_back({"keep-dtype-entry-invalid",
+                             Where(f, std::nullopt, std::string("__metadata__.") + kKeepDtypeEntry),
                              keep.error + ": ignored, so no tensor of this file counts as kept by --keep-dtype"});
     if (!keep.globs.empty())
       for (const auto& t : a.tensors)
@@ -203,10 +202,10 @@ class HfFolderChecker {
                               "also held by " + in[0] + ": a loader keeps one of the two"});
     if (!has_index_) return;
     json j = read_json(index_);
-    const json* total = j.is_object() && j.contains("metadata") && j["metadata"].is_object() &&
-                                j["metadata"].contains("total_size")
-                            ? &j["metadata"]["total_size"]
-                            : nullptr;
+    const json* total =
+        j.is_object() && j.contains("metadata") && j["metadata"].is_object() && j["metadata"].contains("total_size")
+            ? &j["metadata"]["total_size"]
+            : nullptr;
     if (!total || !total->is_number_unsigned() || !ck_) return;
     const uint64_t want = total->get<uint64_t>();
     if (want != tensor_bytes_ && want != file_bytes_)

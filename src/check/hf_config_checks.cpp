@@ -40,7 +40,9 @@ class HfConfigView {
         if (amap.is_object())
           for (const auto& n : names)
             for (const auto& [alias, real] : amap.items()) {
-              const std::string other = alias == n && real.is_string() ? real.get<std::string>() : real == n ? alias : "";
+              const std::string other = alias == n && real.is_string() ? real.get<std::string>()
+                                        : real == n                    ? alias
+                                                                       : "";
               // One stack's count (BART's encoder_layers) is not the stack these checks compare.
               if (other.find("encoder") != std::string::npos || other.find("decoder") != std::string::npos) continue;
               if (!other.empty() && j->contains(other) && !(*j)[other].is_null()) return &(*j)[other];
@@ -160,7 +162,8 @@ std::set<std::string> quant_formats(const json& qc) {
     if (qc.contains("format") && qc["format"].is_string()) out.insert(qc["format"].get<std::string>());
     if (qc.contains("config_groups") && qc["config_groups"].is_object())
       for (const auto& [name, g] : qc["config_groups"].items())
-        if (g.is_object() && g.contains("format") && g["format"].is_string()) out.insert(g["format"].get<std::string>());
+        if (g.is_object() && g.contains("format") && g["format"].is_string())
+          out.insert(g["format"].get<std::string>());
   } else if (method == "modelopt" && qc.contains("quant_algo") && qc["quant_algo"].is_string()) {
     out.insert(qc["quant_algo"].get<std::string>());
   }
@@ -176,7 +179,11 @@ class ScaleChecker {
  public:
   ScaleChecker(const json& qc, const std::map<std::string, const HfTensor*>& by_key, const Problem& problem,
                const Problem& warning)
-      : qc_(qc), by_key_(by_key), problem_(problem), warning_(warning), method_(qc.value("quant_method", "")),
+      : qc_(qc),
+        by_key_(by_key),
+        problem_(problem),
+        warning_(warning),
+        method_(qc.value("quant_method", "")),
         formats_(quant_formats(qc)) {}
 
   void check_shapes() {
@@ -204,7 +211,8 @@ class ScaleChecker {
       if (!v) continue;
       if (ct ? *v < 1 : *v > 1)
         problem_("quant-global-scale-inverted", key,
-                 std::string(ct ? "compressed-tensors' weight_global_scale is 2688 / amax" : "ModelOpt's weight_scale_2 is amax / 2688") +
+                 std::string(ct ? "compressed-tensors' weight_global_scale is 2688 / amax"
+                                : "ModelOpt's weight_scale_2 is amax / 2688") +
                      ", but " + num(*v) + " decodes " + weight + " to magnitudes up to about " +
                      num(ct ? 2688 / *v : 2688 * *v) + ": the reciprocal of what the format stores?");
       groups[fused_group(weight)].push_back({key, *v});
@@ -225,19 +233,20 @@ class ScaleChecker {
   }
 
   // `scale` of `weight`, which must be there in `dtype` with `shape`.
-  void expect(const std::string& weight, const std::string& scale, const std::string& dtype, const std::vector<int64_t>& shape,
-              const std::string& what) {
+  void expect(const std::string& weight, const std::string& scale, const std::string& dtype,
+              const std::vector<int64_t>& shape, const std::string& what) {
     const HfTensor* s = at(scale);
     const HfTensor& w = *at(weight);
     if (!s) {
-      problem_("quant-scale-missing", weight, "a " + what + " weight (" + w.dtype + " " + dims(w.shape) + ") without its " +
-                                                  scale.substr(scale.rfind('.') + 1) + " (" + scale + ")");
+      problem_("quant-scale-missing", weight,
+               "a " + what + " weight (" + w.dtype + " " + dims(w.shape) + ") without its " +
+                   scale.substr(scale.rfind('.') + 1) + " (" + scale + ")");
       return;
     }
     if (s->dtype != dtype || s->shape != shape)
       problem_("quant-scale-shape", scale,
-               s->dtype + " " + dims(s->shape) + " is not the scale of " + what + " weight " + weight + " (" + w.dtype + " " +
-                   dims(w.shape) + "): " + dtype + " " + dims(shape) + " expected");
+               s->dtype + " " + dims(s->shape) + " is not the scale of " + what + " weight " + weight + " (" + w.dtype +
+                   " " + dims(w.shape) + "): " + dtype + " " + dims(shape) + " expected");
   }
 
   // A global scale `name` beside `weight`: one float32, its value checked by check_global_values.
@@ -246,8 +255,9 @@ class ScaleChecker {
     const std::string module = weight.substr(0, weight.rfind('.'));
     const HfTensor* g = at(module + "." + name);
     if (!g) {
-      problem_("quant-scale-missing", weight, "a " + what + " weight (" + w.dtype + " " + dims(w.shape) + ") without its " +
-                                                  name + " (" + module + "." + name + ")");
+      problem_("quant-scale-missing", weight,
+               "a " + what + " weight (" + w.dtype + " " + dims(w.shape) + ") without its " + name + " (" + module +
+                   "." + name + ")");
       return;
     }
     if (!scalar(*g))
@@ -273,8 +283,9 @@ class ScaleChecker {
     } else if (has("FP8") && w.dtype == "float8_e4m3fn") {
       const HfTensor& s = *at(module + ".weight_scale");
       if (!scalar(s))
-        problem_("quant-scale-shape", s.key,
-                 s.dtype + " " + dims(s.shape) + " is not the scale of ModelOpt FP8 weight " + k + ": one float32 expected");
+        problem_(
+            "quant-scale-shape", s.key,
+            s.dtype + " " + dims(s.shape) + " is not the scale of ModelOpt FP8 weight " + k + ": one float32 expected");
       if (!at(module + ".input_scale"))
         problem_("quant-scale-missing", k,
                  "a ModelOpt FP8 weight without its input_scale (" + module +
@@ -300,15 +311,17 @@ class ScaleChecker {
 
   void check_fp8_blocks(const std::string& k, const HfTensor& w) {
     const json* bs = qc_.contains("weight_block_size") ? &qc_["weight_block_size"] : nullptr;
-    if (!bs || !bs->is_array() || bs->size() != 2 || !(*bs)[0].is_number_integer() || !(*bs)[1].is_number_integer()) return;
+    if (!bs || !bs->is_array() || bs->size() != 2 || !(*bs)[0].is_number_integer() || !(*bs)[1].is_number_integer())
+      return;
     const HfTensor* s = at(k + "_scale_inv");
     const int64_t b0 = (*bs)[0].get<int64_t>(), b1 = (*bs)[1].get<int64_t>();
     if (!s || b0 <= 0 || b1 <= 0) return;
     const std::vector<int64_t> want{(w.shape[0] + b0 - 1) / b0, (w.shape[1] + b1 - 1) / b1};
     if (s->shape != want)
       problem_("quant-scale-shape", s->key,
-               s->dtype + " " + dims(s->shape) + " is not the scale of FP8 weight " + k + " (" + w.dtype + " " + dims(w.shape) +
-                   ") in blocks of " + std::to_string(b0) + "x" + std::to_string(b1) + ": " + dims(want) + " expected");
+               s->dtype + " " + dims(s->shape) + " is not the scale of FP8 weight " + k + " (" + w.dtype + " " +
+                   dims(w.shape) + ") in blocks of " + std::to_string(b0) + "x" + std::to_string(b1) + ": " +
+                   dims(want) + " expected");
   }
 
   void check_fused_group(const std::string& group, const std::vector<std::pair<std::string, double>>& members) {
@@ -380,7 +393,8 @@ class ConfigChecker {
   void find_embedding();
   void check_quantized_weights(const std::vector<std::string>& skip);
   void check_orphan_scales();
-  std::string effective_dtype(const std::string& d, const std::function<bool(const HfTensor&, const std::string&)>& keeps) const;
+  std::string effective_dtype(const std::string& d,
+                              const std::function<bool(const HfTensor&, const std::string&)>& keeps) const;
   // A model the schema holds: its own keys say whether it has these (M2M-100's embedding is
   // model.shared.weight, FSMT's head model.decoder.output_projection.weight); the schema's
   // schema-key-missing reports them missing where it has them.
@@ -393,9 +407,9 @@ class ConfigChecker {
   const ModelSchema* schema_ = schema_for_config(config_);
   std::map<std::string, const HfTensor*> by_key_;
   std::map<std::string, std::set<int64_t>> stacks_;  // <prefix>layers.N. by prefix
-  std::string base_;         // the main stack's prefix
-  bool have_stack_ = false;  // one main stack
-  std::string embed_;        // the main embedding's key
+  std::string base_;                                 // the main stack's prefix
+  bool have_stack_ = false;                          // one main stack
+  std::string embed_;                                // the main embedding's key
   ConfigCheckResult out_;
 };
 
@@ -471,7 +485,8 @@ void ConfigChecker::check_mtp(const std::set<int64_t>& present, int64_t layers, 
   for (int64_t k = 0; k < nextn; ++k)
     if (!mtp.count(k)) lost.push_back(k);
   if (mtp.empty()) {
-    Finding f{require_mtp ? "mtp-layer-missing" : "mtp-layers-absent", Where(config_path_, std::nullopt, base_ + "layers."),
+    Finding f{require_mtp ? "mtp-layer-missing" : "mtp-layers-absent",
+              Where(config_path_, std::nullopt, base_ + "layers."),
               "num_nextn_predict_layers is " + std::to_string(nextn) + " but no MTP layer is here" +
                   (require_mtp ? std::string()
                                : std::string(" (transformers' save_pretrained leaves them out; vLLM's MTP "
@@ -502,8 +517,8 @@ void ConfigChecker::check_experts() {
       any = true;
       if (t.shape[0] != *experts)
         problem("expert-count-mismatch", t.key,
-                "a fused experts tensor of " + std::to_string(t.shape[0]) + " experts (dimension 0) but the config counts " +
-                    std::to_string(*experts));
+                "a fused experts tensor of " + std::to_string(t.shape[0]) +
+                    " experts (dimension 0) but the config counts " + std::to_string(*experts));
     }
   }
   if (any) out_.checked.push_back("experts");
@@ -547,7 +562,8 @@ void ConfigChecker::check_vocab() {
   const std::optional<int64_t> vocab = cfg_.integer(kVocab);
   bool any_embed = false;
   for (const auto& t : tensors_) any_embed = any_embed || t.key.find("embed") != std::string::npos;
-  if (have_stack_ && vocab && !any_embed && base_.rfind("model.", 0) == 0 && !schema_lacks(base_ + "embed_tokens.weight"))
+  if (have_stack_ && vocab && !any_embed && base_.rfind("model.", 0) == 0 &&
+      !schema_lacks(base_ + "embed_tokens.weight"))
     problem("embedding-missing", base_ + "embed_tokens.weight",
             "the config has vocab_size " + std::to_string(*vocab) + " but no embedding is here");
   if (!vocab) return;
@@ -640,7 +656,8 @@ void ConfigChecker::check_quantized_weights(const std::vector<std::string>& skip
       scales.push_back(module + ".scale");
     }
     if (std::none_of(scales.begin(), scales.end(), [&](const std::string& s) { return by_key_.count(s) > 0; }))
-      problem("quant-scale-missing", k, "a quantized weight (" + t.dtype + ") with no scale tensor (" + scales[0] + ")");
+      problem("quant-scale-missing", k,
+              "a quantized weight (" + t.dtype + ") with no scale tensor (" + scales[0] + ")");
     if (excluded(module, skip))
       problem("quant-excluded-quantized", k,
               "the quantization_config leaves module " + module + " unquantized, but this weight is " + t.dtype);
@@ -671,14 +688,16 @@ void ConfigChecker::check_orphan_scales() {
 // saved with dtype float32 over bfloat16 tensors. Such a folder, every float32 tensor one kept
 // under the one other floating dtype its tensors hold, is checked as of that dtype (transformers'
 // own, loaded as it loads its folder). Not a folder all bfloat16: its first parameter is not float32.
-std::string ConfigChecker::effective_dtype(const std::string& d,
-                                           const std::function<bool(const HfTensor&, const std::string&)>& keeps) const {
+std::string ConfigChecker::effective_dtype(
+    const std::string& d, const std::function<bool(const HfTensor&, const std::string&)>& keeps) const {
   if (d != "float32") return d;
   std::set<std::string> other;
   bool any32 = false;
   for (const auto& t : tensors_)
-    if (float_dtype_name(t.dtype) && t.dtype != "float32") other.insert(t.dtype);
-    else any32 = any32 || t.dtype == "float32";
+    if (float_dtype_name(t.dtype) && t.dtype != "float32")
+      other.insert(t.dtype);
+    else
+      any32 = any32 || t.dtype == "float32";
   if (any32 && other.size() == 1 && (*other.begin() == "bfloat16" || *other.begin() == "float16") &&
       std::all_of(tensors_.begin(), tensors_.end(),
                   [&](const HfTensor& t) { return t.dtype != "float32" || keeps(t, *other.begin()); }))
@@ -687,7 +706,8 @@ std::string ConfigChecker::effective_dtype(const std::string& d,
 }
 
 // dtype: the weights' floating dtype is the config's, but for what keeps its own.
-void ConfigChecker::check_dtype(const std::set<std::string>& kept_dtype, const std::map<std::string, std::string>& user_kept) {
+void ConfigChecker::check_dtype(const std::set<std::string>& kept_dtype,
+                                const std::map<std::string, std::string>& user_kept) {
   const std::optional<std::string> d = cfg_.string({"dtype", "torch_dtype"});
   if (!d || !float_dtype_name(*d)) return;
   out_.checked.push_back("dtype");
@@ -695,7 +715,7 @@ void ConfigChecker::check_dtype(const std::set<std::string>& kept_dtype, const s
     return own_dtype(t.key) || kept_dtype.count(t.key) || schema_keeps_dtype(config_, t.key, t.dtype, dtype);
   };
   const std::string dtype = effective_dtype(*d, keeps);
-  std::map<std::string, std::vector<std::string>> off;                               // dtype -> keys
+  std::map<std::string, std::vector<std::string>> off;                              // dtype -> keys
   std::map<std::pair<std::string, std::string>, std::vector<std::string>> by_user;  // (glob, dtype) -> keys
   for (const auto& t : tensors_)
     if (float_dtype_name(t.dtype) && t.dtype != dtype && !keeps(t, dtype)) {

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cctype>
 #include <map>
-#include <regex>
 #include <mutex>
+#include <regex>
 #include <set>
 #include <string_view>
 
@@ -22,7 +22,9 @@ namespace hf_schema_impl {
 
 // A scan of the compiled-in schema's structure, for its index (hf_schema): the text tools/hf_schema.py
 // writes with json.dump, so anything malformed is this build's defect (logic_error), not input.
-static char char_at(std::string_view t, size_t at) { return at < t.size() ? t[at] : '\0'; }
+static char char_at(std::string_view t, size_t at) {
+  return at < t.size() ? t[at] : '\0';
+}
 
 static size_t skip_space(std::string_view t, size_t at) {
   while (at < t.size() && (t[at] == ' ' || t[at] == '\n' || t[at] == '\r' || t[at] == '\t')) ++at;
@@ -36,8 +38,10 @@ static size_t skip_space(std::string_view t, size_t at) {
 // Past the closing quote of the string whose opening quote is at `at`.
 static size_t string_end(std::string_view t, size_t at) {
   for (++at; at < t.size(); ++at)
-    if (t[at] == '\\') ++at;
-    else if (t[at] == '"') return at + 1;
+    if (t[at] == '\\')
+      ++at;
+    else if (t[at] == '"')
+      return at + 1;
   malformed(at);
 }
 
@@ -50,9 +54,12 @@ static size_t value_end(std::string_view t, size_t at) {
     size_t depth = 0;
     for (; at < t.size(); ++at) {
       const char d = t[at];
-      if (d == '"') at = string_end(t, at) - 1;
-      else if (d == '{' || d == '[') ++depth;
-      else if ((d == '}' || d == ']') && --depth == 0) return at + 1;
+      if (d == '"')
+        at = string_end(t, at) - 1;
+      else if (d == '{' || d == '[')
+        ++depth;
+      else if ((d == '}' || d == ']') && --depth == 0)
+        return at + 1;
     }
     malformed(at);
   }
@@ -241,10 +248,10 @@ size_t key_edit_distance(const std::string& a, const std::string& b) {
 
 // Quantization's own tensors beside a quantized weight, and the weight's packed names.
 bool quant_extra(const std::string& key) {
-  static const char* kSuffixes[] = {".weight_scale",      ".weight_scale_inv", ".weight_scale_2",  ".input_scale",
+  static const char* kSuffixes[] = {".weight_scale", ".weight_scale_inv", ".weight_scale_2", ".input_scale",
                                     ".weight_global_scale", ".input_global_scale", ".weight_zero_point",
-                                    ".weight_shape",      ".k_scale",          ".v_scale",          "_scales",
-                                    ".weight_g_idx",      ".scales",           ".biases",
+                                    ".weight_shape", ".k_scale", ".v_scale", "_scales", ".weight_g_idx", ".scales",
+                                    ".biases",
                                     // a stacked expert parameter's FP8 block scale (transformers'
                                     // FP8Experts: experts.gate_up_proj_scale_inv beside gate_up_proj)
                                     "_scale_inv"};
@@ -603,7 +610,8 @@ ModelSchema parse_type(const std::string& type, const json& o) {
   std::sort(m.load_renames.begin(), m.load_renames.end());
   if (o.contains("named"))
     for (const auto& n : o["named"])
-      m.named.emplace_back(n.at(0).get<std::string>(), n.at(1).is_string() ? n.at(1).get<std::string>() : std::string());
+      m.named.emplace_back(n.at(0).get<std::string>(),
+                           n.at(1).is_string() ? n.at(1).get<std::string>() : std::string());
   if (o.contains("load_conversions"))
     for (const auto& c : o["load_conversions"])
       m.load_conversions.emplace_back(c.at(0).get<std::string>(), c.at(1).get<std::string>());
@@ -630,8 +638,10 @@ const HfSchema& hf_schema() {
     const std::string_view all(s.text);
     auto value = [&](std::string_view v) { return json::parse(v.begin(), v.end()); };
     for (const auto& [key, v] : members(all, 0)) {
-      if (key == "transformers") s.transformers = value(v).get<std::string>();
-      else if (key == "torch") s.torch = value(v).get<std::string>();
+      if (key == "transformers")
+        s.transformers = value(v).get<std::string>();
+      else if (key == "torch")
+        s.torch = value(v).get<std::string>();
       else if (key == "failed") {
         const json failed = value(v);
         for (const auto& [t, why] : failed.items()) s.failed.emplace_back(t, why.get<std::string>());
@@ -645,13 +655,17 @@ const HfSchema& hf_schema() {
           e.begin = size_t(o.data() - all.data());
           e.end = e.begin + o.size();
           for (const auto& [field, fv] : members(all, e.begin))
-            if (field == "class") e.cls = value(fv).get<std::string>();
-            else if (field == "class_type") e.class_type = value(fv).get<std::string>();
+            if (field == "class")
+              e.cls = value(fv).get<std::string>();
+            else if (field == "class_type")
+              e.class_type = value(fv).get<std::string>();
           s.index.push_back(std::move(e));
         }
     }
-    if (s.transformers.empty() || s.index.empty()) throw std::logic_error("the compiled-in model schema has no transformers version or types");
-    std::sort(s.index.begin(), s.index.end(), [](const SchemaEntry& a, const SchemaEntry& b) { return a.type < b.type; });
+    if (s.transformers.empty() || s.index.empty())
+      throw std::logic_error("the compiled-in model schema has no transformers version or types");
+    std::sort(s.index.begin(), s.index.end(),
+              [](const SchemaEntry& a, const SchemaEntry& b) { return a.type < b.type; });
     std::sort(s.skipped.begin(), s.skipped.end());
     return s;
   }();
@@ -731,7 +745,8 @@ json config_as_loaded(const json& config) {
   const ModelSchema::SavedConfig& sc = s->saved_config;
   // The fields where they are: the top level, or a nested text_config (as config fields are read).
   json out = config;
-  for (json* c : {&out, out.contains("text_config") && out["text_config"].is_object() ? &out["text_config"] : nullptr}) {
+  for (json* c :
+       {&out, out.contains("text_config") && out["text_config"].is_object() ? &out["text_config"] : nullptr}) {
     if (!c || !c->contains(sc.list) || !(*c)[sc.list].is_array()) continue;
     const json& list = (*c)[sc.list];
     if (std::none_of(list.begin(), list.end(), [&](const json& e) { return e.is_string() && e == sc.kind; })) continue;
@@ -828,7 +843,8 @@ class SchemaChecker {
   }
   void hold(const HfTensor& t, const std::string& key, const std::string& p);
   void check_shape(const HfTensor& t, const SchemaKey& sk);
-  void check_named_index(const std::string& prefix, const std::map<std::string, std::map<int64_t, std::string>>& patterns);
+  void check_named_index(const std::string& prefix,
+                         const std::map<std::string, std::map<int64_t, std::string>>& patterns);
   void check_missing_key(const SchemaKey& k);
   bool excused(const std::string& pattern, const std::string& concrete) const;
   std::optional<int64_t> layer_count() const;
@@ -839,8 +855,8 @@ class SchemaChecker {
   const std::string who_;  // the class, its type and transformers' version, as messages name it
   SchemaCheckResult& out_;
   std::set<std::string> present_, memory_present_;
-  std::map<std::string, std::set<std::string>> layers_of_;  // pattern -> layer ids that hold it
-  std::map<std::string, std::set<std::string>> stack_ids_;  // stack pattern ("model.layers") -> layer ids
+  std::map<std::string, std::set<std::string>> layers_of_;      // pattern -> layer ids that hold it
+  std::map<std::string, std::set<std::string>> stack_ids_;      // stack pattern ("model.layers") -> layer ids
   std::map<std::string, std::vector<std::string>> unexpected_;  // pattern -> keys
   // (stack pattern up to its first `#`, that block's number) -> the patterns the block holds -> its key
   std::map<std::pair<std::string, std::string>, std::map<std::string, std::string>> block_holds_;
@@ -851,7 +867,8 @@ class SchemaChecker {
 };
 
 std::optional<int64_t> SchemaChecker::layer_count() const {
-  const json* text = config_.contains("text_config") && config_["text_config"].is_object() ? &config_["text_config"] : nullptr;
+  const json* text =
+      config_.contains("text_config") && config_["text_config"].is_object() ? &config_["text_config"] : nullptr;
   for (const char* f : {"num_hidden_layers", "num_layers", "n_layer", "n_layers"})
     for (const json* j : {&config_, text})
       if (j && j->contains(f) && (*j)[f].is_number_integer()) return (*j)[f].get<int64_t>();
@@ -859,7 +876,8 @@ std::optional<int64_t> SchemaChecker::layer_count() const {
 }
 
 void SchemaChecker::classify(const std::vector<HfTensor>& tensors) {
-  const json* text = config_.contains("text_config") && config_["text_config"].is_object() ? &config_["text_config"] : nullptr;
+  const json* text =
+      config_.contains("text_config") && config_["text_config"].is_object() ? &config_["text_config"] : nullptr;
   const bool quantized = config_.contains("quantization_config") || (text && text->contains("quantization_config"));
   const std::optional<int64_t> layers = layer_count();
   static const std::regex kLayer(R"(^(.*?layers)\.(\d+)\.)");
@@ -870,10 +888,12 @@ void SchemaChecker::classify(const std::vector<HfTensor>& tensors) {
     std::string key = t.key;
     // What transformers' loader tolerates in every model that has these buffers, not persistent
     // now (modeling_utils.py, _adjust_missing_and_unexpected_keys): old checkpoints' copies.
-    if (key_ends_with(key, "rotary_emb.inv_freq") || key == "position_ids" || key_ends_with(key, ".position_ids")) continue;
+    if (key_ends_with(key, "rotary_emb.inv_freq") || key == "position_ids" || key_ends_with(key, ".position_ids"))
+      continue;
     std::smatch m;
     if (layers && std::regex_search(key, m, kLayer) && m[2].length() < 10 && std::stoll(m[2]) >= *layers) continue;
-    if (key.rfind("mtp.", 0) == 0 || key.find(".mtp.") != std::string::npos || key.find("mtp_layers.") != std::string::npos)
+    if (key.rfind("mtp.", 0) == 0 || key.find(".mtp.") != std::string::npos ||
+        key.find("mtp_layers.") != std::string::npos)
       continue;
     bool packed = false;
     if (quantized) {
@@ -932,8 +952,8 @@ void SchemaChecker::check_shape(const HfTensor& t, const SchemaKey& sk) {
   if (sk.dims.size() != t.shape.size() && !sk.dims.empty() &&
       std::any_of(sk.dims.begin(), sk.dims.end(), [](const std::string& d) { return !d.empty(); })) {
     problem("schema-shape-mismatch", t.key,
-            "has " + std::to_string(t.shape.size()) + " dimensions " + shape_text(t.shape) + " but " + who_ + " gives it " +
-                std::to_string(sk.dims.size()));
+            "has " + std::to_string(t.shape.size()) + " dimensions " + shape_text(t.shape) + " but " + who_ +
+                " gives it " + std::to_string(sk.dims.size()));
     return;
   }
   for (size_t d = 0; d < sk.dims.size() && d < t.shape.size(); ++d) {
@@ -941,8 +961,9 @@ void SchemaChecker::check_shape(const HfTensor& t, const SchemaKey& sk) {
     std::optional<int64_t> want = evaluate_dims(config_, sk.dims[d], s_.type);
     if (want && *want != t.shape[d])
       problem("schema-shape-mismatch", t.key,
-              "dimension " + std::to_string(d) + " is " + std::to_string(t.shape[d]) + " (shape " + shape_text(t.shape) +
-                  ") but " + who_ + " makes it " + sk.dims[d] + " = " + std::to_string(*want) + " from config.json");
+              "dimension " + std::to_string(d) + " is " + std::to_string(t.shape[d]) + " (shape " +
+                  shape_text(t.shape) + ") but " + who_ + " makes it " + sk.dims[d] + " = " + std::to_string(*want) +
+                  " from config.json");
   }
 }
 
@@ -960,7 +981,8 @@ void SchemaChecker::check_named_index(const std::string& prefix,
     if (n.first == prefix) named = &n;
   int64_t count = -1;  // unknown
   if (named && !named->second.empty())
-    if (const std::optional<int64_t> c = evaluate_dims(config_, named->second, s_.type); c && *c >= 0 && *c <= (1 << 20))
+    if (const std::optional<int64_t> c = evaluate_dims(config_, named->second, s_.type);
+        c && *c >= 0 && *c <= (1 << 20))
       count = *c;
   std::set<int64_t> any;
   for (const auto& pk : patterns)
@@ -981,9 +1003,9 @@ void SchemaChecker::check_named_index(const std::string& prefix,
     }
     // The key named: a held one with its number changed (its digits are the name's last).
     const std::string& some = held.begin()->second;
-    const size_t end = components_end(some, std::count(some.begin(), some.end(), '.') -
-                                                (std::count(pattern.begin(), pattern.end(), '.') -
-                                                 std::count(prefix.begin(), prefix.end(), '.')));
+    const size_t end = components_end(
+        some, std::count(some.begin(), some.end(), '.') -
+                  (std::count(pattern.begin(), pattern.end(), '.') - std::count(prefix.begin(), prefix.end(), '.')));
     size_t digits = end;
     while (digits > 0 && some[digits - 1] >= '0' && some[digits - 1] <= '9') --digits;
     auto named_key = [&](int64_t i) { return some.substr(0, digits) + std::to_string(i) + some.substr(end); };
@@ -1012,7 +1034,8 @@ void SchemaChecker::refuse_load_conversions() const {
       if (std::regex_search(keys.front(), re))
         throw UnsupportedError(Where(config_path_, std::nullopt, keys.front()),
                                "a " + who_ + " folder in a layout transformers converts on load (" + conversion +
-                                   " of '" + rx + "'), which dcpctl does not map: load it with transformers and "
+                                   " of '" + rx +
+                                   "'), which dcpctl does not map: load it with transformers and "
                                    "save_pretrained it, then use that folder");
     }
 }
@@ -1026,8 +1049,9 @@ void SchemaChecker::report_unexpected() {
       if (!near || d < best) near = &k, best = d;
     }
     const SchemaKey* sk = s_.find(p);
-    std::string msg = (keys.size() > 1 ? "and " + std::to_string(keys.size() - 1) + " more like it (" + p + "): " : std::string()) +
-                      "not a tensor of " + who_;
+    std::string msg =
+        (keys.size() > 1 ? "and " + std::to_string(keys.size() - 1) + " more like it (" + p + "): " : std::string()) +
+        "not a tensor of " + who_;
     if (sk && !sk->when.empty()) {
       msg += ": it has one only with " + sk->when + " in config.json";
       out_.only_with[keys.front()] = sk->when;
@@ -1053,7 +1077,8 @@ void SchemaChecker::check_missing() {
     // config.json sets the flag, as transformers reports it missing there.
     if (!k.required || !condition_holds(config_, k.when, s_.type)) continue;
     std::string concrete = k.pattern;
-    for (size_t at = concrete.find('#'); at != std::string::npos; at = concrete.find('#', at)) concrete.replace(at, 1, "0");
+    for (size_t at = concrete.find('#'); at != std::string::npos; at = concrete.find('#', at))
+      concrete.replace(at, 1, "0");
     if (excused(k.pattern, concrete)) continue;
     check_missing_key(k);
   }
@@ -1115,7 +1140,8 @@ void SchemaChecker::check_together() {
       // router's weight rather than an expert's).
       auto any = group.end();
       for (auto g = group.begin(); g != group.end(); ++g)
-        if (held.count(*g) && (any == group.end() || std::count(g->begin(), g->end(), '#') < std::count(any->begin(), any->end(), '#')))
+        if (held.count(*g) &&
+            (any == group.end() || std::count(g->begin(), g->end(), '#') < std::count(any->begin(), any->end(), '#')))
           any = g;
       if (any == group.end()) continue;
       for (const auto& g : group) {
@@ -1141,7 +1167,8 @@ void SchemaChecker::check_together() {
 
 }  // namespace
 
-SchemaCheckResult check_hf_schema(const json& config, const std::string& config_path, const std::vector<HfTensor>& tensors) {
+SchemaCheckResult check_hf_schema(const json& config, const std::string& config_path,
+                                  const std::vector<HfTensor>& tensors) {
   SchemaCheckResult out;
   const HfSchema& schema = hf_schema();
   const std::string type = config.is_object() ? config.value("model_type", std::string()) : std::string();

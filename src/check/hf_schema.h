@@ -70,12 +70,13 @@ struct ModelSchema {
   // built for mllama, is mllama_text_model's class; LlamaForCausalLM, built for internlm3, is
   // llama's), else "": the type a config's `architectures` finds for the class is its own.
   std::string class_type;
-  std::vector<SchemaKey> keys;                              // sorted by pattern
-  std::vector<std::pair<std::string, std::string>> absent;  // pattern, "FIELD=VALUE" that removes it
-  std::vector<std::string> memory, renamed;                 // in-memory names; the on-disk ones they stand for
+  std::vector<SchemaKey> keys;                                 // sorted by pattern
+  std::vector<std::pair<std::string, std::string>> absent;     // pattern, "FIELD=VALUE" that removes it
+  std::vector<std::string> memory, renamed;                    // in-memory names; the on-disk ones they stand for
   std::vector<std::string> ignore_unexpected, ignore_missing;  // Python regexes
-  std::vector<std::pair<std::string, std::string>> prefixes;  // on-disk prefix -> the schema's (PrefixChange)
-  bool head_untied = false;  // the class never ties lm_head.weight: it loads the folder's whatever tie_word_embeddings says
+  std::vector<std::pair<std::string, std::string>> prefixes;   // on-disk prefix -> the schema's (PrefixChange)
+  bool head_untied =
+      false;            // the class never ties lm_head.weight: it loads the folder's whatever tie_word_embeddings says
   std::string experts;  // how many experts the per-expert keys number, as config fields ("" unknown)
   // The class has per-expert keys but no config field explains how many it numbers (the schema's
   // "experts": null): the config's expert count is not what transformers saves.

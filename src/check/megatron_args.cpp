@@ -80,7 +80,8 @@ struct VariantArgs {
 
 VariantArgs variant_args_of(const json& a, const std::string& model_type) {
   auto bad = [](const std::string& what) {
-    throw UsageError(Where("key map"), "the variant's \"args\": " + what + " (src/check/megatron_args.cpp lists the fields)");
+    throw UsageError(Where("key map"),
+                     "the variant's \"args\": " + what + " (src/check/megatron_args.cpp lists the fields)");
   };
   if (!a.is_object()) bad("not an object");
   auto text = [&](const json& o, const char* field, std::initializer_list<const char*> allowed) {
@@ -155,7 +156,9 @@ class ArgsChecker {
     return *it;
   }
   // A RoPE setting (config_rope_field).
-  std::optional<std::pair<json, std::string>> rope(const std::string& key) const { return config_rope_field(config_, key); }
+  std::optional<std::pair<json, std::string>> rope(const std::string& key) const {
+    return config_rope_field(config_, key);
+  }
   // config.json's `key` as written, null included (nullopt: absent).
   std::optional<json> given(const std::string& key) const {
     auto it = config_.find(key);
@@ -218,7 +221,8 @@ void check_quick_geglu(ArgsChecker& c, const VariantArgs& v) {
   c.setting("swiglu_limit", c.stated("swiglu_limit"), v.dflt("swiglu_limit"), "activation_func_clamp_value",
             c.arg("activation_func_clamp_value"));
   if (c.has_arg("quick_geglu"))  // megatron-core's quick_gelu fixes alpha at 1.702
-    c.setting("swiglu_alpha", c.stated("swiglu_alpha"), json(1.702), "quick_geglu (megatron-core's fixed 1.702)", 1.702);
+    c.setting("swiglu_alpha", c.stated("swiglu_alpha"), json(1.702), "quick_geglu (megatron-core's fixed 1.702)",
+              1.702);
 }
 
 // YaRN (position_embedding_type yarn; Megatron-LM's _apply_yarn_config_from_args: rotary_scaling_factor,
@@ -242,44 +246,50 @@ void check_yarn(ArgsChecker& c, const VariantArgs& v) {
   auto [type, type_from] = field("rope_type", json("default"));
   if (type == json("default")) type = field("type", json("default")).first;
   const json pet = c.arg("position_embedding_type");
-  c.compare("rope_parameters.rope_type", type, type_from, "position_embedding_type", pet == json("yarn") ? json("yarn") : json(pet),
+  c.compare("rope_parameters.rope_type", type, type_from, "position_embedding_type",
+            pet == json("yarn") ? json("yarn") : json(pet),
             "args.position_embedding_type = " + args_shown(pet) + " (YaRN RoPE: rope_type \"yarn\")");
   c.require("Hugging Face's rotate_half RoPE (it cannot represent interleaved RoPE)", "rotary_interleaved", false);
   auto prf = field("partial_rotary_factor", json(1.0));
   c.compare("partial_rotary_factor", prf.first, prf.second, "rotary_percent", c.arg("rotary_percent"));
   if (type != json("yarn") || pet != json("yarn")) return;
   auto orig = field("original_max_position_embeddings", json());
-  c.compare("rope_parameters.original_max_position_embeddings", orig.first, orig.second, "yarn_original_max_position_embeddings",
-            json(num(c.arg("yarn_original_max_position_embeddings"), 4096)),
-            "args.yarn_original_max_position_embeddings = " + args_shown(c.arg("yarn_original_max_position_embeddings")) +
-                " (None: 4096)");
+  c.compare("rope_parameters.original_max_position_embeddings", orig.first, orig.second,
+            "yarn_original_max_position_embeddings", json(num(c.arg("yarn_original_max_position_embeddings"), 4096)),
+            "args.yarn_original_max_position_embeddings = " +
+                args_shown(c.arg("yarn_original_max_position_embeddings")) + " (None: 4096)");
   auto factor = field("factor", json());
-  if (factor.first.is_null() && c.stated("max_position_embeddings") && orig.first.is_number() && orig.first.get<double>() > 0)
+  if (factor.first.is_null() && c.stated("max_position_embeddings") && orig.first.is_number() &&
+      orig.first.get<double>() > 0)
     factor = {json(num(*c.stated("max_position_embeddings"), 0) / orig.first.get<double>()),
               "max_position_embeddings / original_max_position_embeddings"};
   const double f_args = num(c.arg("rotary_scaling_factor"), 1.0);
   c.compare("rope_parameters.factor", factor.first, factor.second, "rotary_scaling_factor", json(f_args));
   auto bf = field("beta_fast", json(32.0)), bs = field("beta_slow", json(1.0));
-  c.compare("rope_parameters.beta_fast", bf.first, bf.second, "yarn_beta_fast", json(num(c.arg("yarn_beta_fast"), 32.0)),
+  c.compare("rope_parameters.beta_fast", bf.first, bf.second, "yarn_beta_fast",
+            json(num(c.arg("yarn_beta_fast"), 32.0)),
             "args.yarn_beta_fast = " + args_shown(c.arg("yarn_beta_fast")) + " (None: 32)");
   c.compare("rope_parameters.beta_slow", bs.first, bs.second, "yarn_beta_slow", json(num(c.arg("yarn_beta_slow"), 1.0)),
             "args.yarn_beta_slow = " + args_shown(c.arg("yarn_beta_slow")) + " (None: 1)");
   auto tr = field("truncate", json(true));
   const json round = c.arg("yarn_correction_range_round_to_int");
-  c.compare("rope_parameters.truncate", tr.first, tr.second, "yarn_correction_range_round_to_int", json(round.is_boolean() ? round.get<bool>() : true),
+  c.compare("rope_parameters.truncate", tr.first, tr.second, "yarn_correction_range_round_to_int",
+            json(round.is_boolean() ? round.get<bool>() : true),
             "args.yarn_correction_range_round_to_int = " + args_shown(round) + " (None: True)");
   // the cos/sin scale each side computes
   auto mscale = [](double s, double m) { return s <= 1 ? 1.0 : 0.1 * m * std::log(s) + 1.0; };
   const double f_hf = num(factor.first, f_args);
   auto af = field("attention_factor", json()), ms = field("mscale", json()), msa = field("mscale_all_dim", json());
   double hf = af.first.is_number() ? af.first.get<double>()
-              : (num(ms.first, 0) != 0 && num(msa.first, 0) != 0) ? mscale(f_hf, num(ms.first, 0)) / mscale(f_hf, num(msa.first, 0))
-                                                                 : mscale(f_hf, 1.0);
+              : (num(ms.first, 0) != 0 && num(msa.first, 0) != 0)
+                  ? mscale(f_hf, num(ms.first, 0)) / mscale(f_hf, num(msa.first, 0))
+                  : mscale(f_hf, 1.0);
   const double mg = mscale(f_args, num(c.arg("mscale"), 1.0)) / mscale(f_args, num(c.arg("mscale_all_dim"), 0.0));
   if (c.has_arg("mscale"))
-    c.compare("YaRN's attention factor (rope_parameters attention_factor / mscale / mscale_all_dim)", json(hf), af.second,
-              "mscale", json(mg),
-              "args.mscale = " + args_shown(c.arg("mscale")) + " and args.mscale_all_dim = " + args_shown(c.arg("mscale_all_dim")) +
+    c.compare("YaRN's attention factor (rope_parameters attention_factor / mscale / mscale_all_dim)", json(hf),
+              af.second, "mscale", json(mg),
+              "args.mscale = " + args_shown(c.arg("mscale")) +
+                  " and args.mscale_all_dim = " + args_shown(c.arg("mscale_all_dim")) +
                   " give megatron-core's YaRN concentration factor " + json(mg).dump());
 }
 
@@ -296,25 +306,32 @@ void check_sliding_window(ArgsChecker& c, const VariantArgs& v) {
   if (!sw) sw = v.dflt("sliding_window");
   const bool windowed = ws.is_array() && ws.size() == 2 && ws[0].is_number_integer() && ws[1].is_number_integer();
   if (sw && sw->is_number_integer())
-    c.compare("sliding_window", *sw, sw_from, "window_size", windowed && ws[1] == json(0) ? json(ws[0].get<int64_t>() + 1) : ws,
-              "args.window_size = " + args_shown(ws) + (windowed ? " (a window of window_size[0] + 1 keys when window_size[1] is 0)" : " (no sliding window)"));
+    c.compare(
+        "sliding_window", *sw, sw_from, "window_size",
+        windowed && ws[1] == json(0) ? json(ws[0].get<int64_t>() + 1) : ws,
+        "args.window_size = " + args_shown(ws) +
+            (windowed ? " (a window of window_size[0] + 1 keys when window_size[1] is 0)" : " (no sliding window)"));
   const json layers = c.arg("num_layers");
   if (!layers.is_number_integer()) return;
   const int64_t n = layers.get<int64_t>();
   std::optional<json> lt = c.stated("layer_types");
   const std::string lt_from = lt ? "config.json" : c.model_type() + "'s default (sliding, full, ...)";
   json want = json::array(), got = json::array();
-  for (int64_t i = 0; i < n; ++i) want.push_back(lt && lt->is_array() && i < static_cast<int64_t>(lt->size()) ? (*lt)[static_cast<size_t>(i)]
-                                                  : json((i + 1) % 2 ? "sliding_attention" : "full_attention"));
+  for (int64_t i = 0; i < n; ++i)
+    want.push_back(lt && lt->is_array() && i < static_cast<int64_t>(lt->size())
+                       ? (*lt)[static_cast<size_t>(i)]
+                       : json((i + 1) % 2 ? "sliding_attention" : "full_attention"));
   for (int64_t i = 0; i < n; ++i) {
     bool w = windowed;
-    if (w && freq.is_number_integer()) w = freq.get<int64_t>() > 0 && (i + 1) % freq.get<int64_t>() != 0;
-    else if (w && freq.is_array()) w = i < static_cast<int64_t>(freq.size()) && freq[static_cast<size_t>(i)] == json(1);
+    if (w && freq.is_number_integer())
+      w = freq.get<int64_t>() > 0 && (i + 1) % freq.get<int64_t>() != 0;
+    else if (w && freq.is_array())
+      w = i < static_cast<int64_t>(freq.size()) && freq[static_cast<size_t>(i)] == json(1);
     got.push_back(w ? "sliding_attention" : "full_attention");
   }
   c.compare("layer_types", want, lt_from, "window_attn_skip_freq", got,
-            "args.window_size = " + args_shown(ws) + " and args.window_attn_skip_freq = " + args_shown(freq) + " window the layers " +
-                got.dump());
+            "args.window_size = " + args_shown(ws) + " and args.window_attn_skip_freq = " + args_shown(freq) +
+                " window the layers " + got.dump());
 }
 
 // transformers' and megatron-core's YaRN attention scale (both: 0.1 * m * ln(factor) + 1, 1 when
@@ -616,7 +633,8 @@ void check_sizes(ArgsChecker& c, const VariantArgs& v, bool moe) {
   const bool own = !c.arg("moe_ffn_hidden_size").is_null();
   const std::string moe_ffn = own ? "moe_ffn_hidden_size" : "ffn_hidden_size";
   c.size(v.moe_ffn, moe_ffn, c.arg(moe_ffn));
-  for (const char* f : {"num_experts", "n_routed_experts", "num_local_experts"}) c.size(f, "num_experts", c.arg("num_experts"));
+  for (const char* f : {"num_experts", "n_routed_experts", "num_local_experts"})
+    c.size(f, "num_experts", c.arg("num_experts"));
   c.setting("num_experts_per_tok", c.stated("num_experts_per_tok"), v.dflt("num_experts_per_tok"), "moe_router_topk",
             c.arg("moe_router_topk"));
 }
@@ -638,7 +656,8 @@ void check_activation(ArgsChecker& c, const VariantArgs& v, const std::string& m
                           {"value", *act},
                           {"config_from", c.stated("hidden_act") ? "config.json" : model_type + "'s default"}});
   else
-    c.problems_.push_back("hidden_act = " + args_shown(*act) + (c.stated("hidden_act") ? "" : " (" + model_type + "'s default)") +
+    c.problems_.push_back("hidden_act = " + args_shown(*act) +
+                          (c.stated("hidden_act") ? "" : " (" + model_type + "'s default)") +
                           ", but args.swiglu = " + args_shown(sw) +
                           (sw == json(true) ? " (a SiLU-gated MLP: hidden_act \"silu\")"
                                             : " (the variant's MLP is SiLU-gated: swiglu True)"));
@@ -660,17 +679,21 @@ void check_rope_scaling(ArgsChecker& c) {
       if (auto v = c.rope(key))
         c.compare(v->second, v->first, "config.json", arg_field, av);
       else
-        c.problems_.push_back(std::string("rope_parameters.") + key + " is missing, but args." + arg_field + " = " + args_shown(av));
+        c.problems_.push_back(std::string("rope_parameters.") + key + " is missing, but args." + arg_field + " = " +
+                              args_shown(av));
     };
     f("factor", "rope_scaling_factor", c.arg("rope_scaling_factor"));
     f("low_freq_factor", "use_rope_scaling (megatron-core's fixed low_freq_factor)", 1.0);
     f("high_freq_factor", "use_rope_scaling (megatron-core's fixed high_freq_factor)", 4.0);
-    f("original_max_position_embeddings", "use_rope_scaling (megatron-core's fixed original_max_position_embeddings)", 8192);
+    f("original_max_position_embeddings", "use_rope_scaling (megatron-core's fixed original_max_position_embeddings)",
+      8192);
   } else if (!linear.is_null()) {
     c.compare(type_field, rope_type, type ? "config.json" : "default", "rotary_seq_len_interpolation_factor", "linear",
-              "args.rotary_seq_len_interpolation_factor = " + args_shown(linear) + " (linear RoPE scaling: rope_type \"linear\")");
+              "args.rotary_seq_len_interpolation_factor = " + args_shown(linear) +
+                  " (linear RoPE scaling: rope_type \"linear\")");
     if (rope_type == "linear")
-      if (auto v = c.rope("factor")) c.compare(v->second, v->first, "config.json", "rotary_seq_len_interpolation_factor", linear);
+      if (auto v = c.rope("factor"))
+        c.compare(v->second, v->first, "config.json", "rotary_seq_len_interpolation_factor", linear);
   } else {
     c.compare(type_field, rope_type, type ? "config.json" : "default", "use_rope_scaling", "default",
               "args.use_rope_scaling = " + args_shown(c.arg("use_rope_scaling")) +
@@ -684,8 +707,8 @@ void check_norm_and_rope(ArgsChecker& c, const VariantArgs& v) {
   const std::string eps = c.has_arg("norm_epsilon") ? "norm_epsilon" : "layernorm_epsilon";
   c.setting("rms_norm_eps", c.stated("rms_norm_eps"), v.dflt("rms_norm_eps"), eps, c.arg(eps));
   auto theta = c.rope("rope_theta");
-  c.setting(theta ? theta->second : "rope_theta", theta ? std::optional<json>(theta->first) : std::nullopt, v.dflt("rope_theta"),
-            "rotary_base", c.arg("rotary_base"));
+  c.setting(theta ? theta->second : "rope_theta", theta ? std::optional<json>(theta->first) : std::nullopt,
+            v.dflt("rope_theta"), "rotary_base", c.arg("rotary_base"));
   if (!v.rope_checked) return;
   c.require("Hugging Face's RoPE (no learned or absolute positions)", "position_embedding_type", "rope");
   c.require("Hugging Face's rotate_half RoPE (it cannot represent interleaved RoPE)", "rotary_interleaved", false);
@@ -706,12 +729,14 @@ void check_router(ArgsChecker& c, const VariantArgs& v) {
   if (v.norm_topk == "topk_above_1") {
     const bool renorm = topk.is_number_integer() && topk.get<int64_t>() > 1;
     c.setting("norm_topk_prob", c.stated("norm_topk_prob"), v.dflt("norm_topk_prob"), "moe_router_topk", renorm,
-              "args.moe_router_topk = " + args_shown(topk) + " (megatron-core renormalizes a sigmoid router's top k when k > 1)");
+              "args.moe_router_topk = " + args_shown(topk) +
+                  " (megatron-core renormalizes a sigmoid router's top k when k > 1)");
   } else if (v.norm_topk == "renormalized") {
     c.require(v.router_name + " renormalizes its top-k probabilities", "moe_router_pre_softmax", false);
   } else {
     const bool pre = c.arg("moe_router_pre_softmax") == json(true);
-    c.setting("norm_topk_prob", c.stated("norm_topk_prob"), v.dflt("norm_topk_prob"), "moe_router_pre_softmax", json(!pre),
+    c.setting("norm_topk_prob", c.stated("norm_topk_prob"), v.dflt("norm_topk_prob"), "moe_router_pre_softmax",
+              json(!pre),
               "args.moe_router_pre_softmax = " + args_shown(c.arg("moe_router_pre_softmax")) +
                   " (without it megatron-core renormalizes the top k: norm_topk_prob True)");
   }
@@ -721,13 +746,17 @@ void check_router(ArgsChecker& c, const VariantArgs& v) {
               "moe_router_topk_scaling_factor", s);
     return;
   }
-  const bool unscaled = scale.is_null() || (scale.is_number() && (scale.get<double>() == 0 || scale.get<double>() == 1));
+  const bool unscaled =
+      scale.is_null() || (scale.is_number() && (scale.get<double>() == 0 || scale.get<double>() == 1));
   if (c.has_arg("moe_router_topk_scaling_factor") && !unscaled)
-    c.problems_.push_back(v.router_name + "'s router applies no routed scaling, but args.moe_router_topk_scaling_factor = " +
-                          args_shown(scale));
+    c.problems_.push_back(
+        v.router_name +
+        "'s router applies no routed scaling, but args.moe_router_topk_scaling_factor = " + args_shown(scale));
   else if (c.has_arg("moe_router_topk_scaling_factor"))
-    c.checked_.push_back(
-        {{"config", "(no routed scaling)"}, {"args", "moe_router_topk_scaling_factor"}, {"value", scale}, {"config_from", "model"}});
+    c.checked_.push_back({{"config", "(no routed scaling)"},
+                          {"args", "moe_router_topk_scaling_factor"},
+                          {"value", scale},
+                          {"config_from", "model"}});
 }
 
 }  // namespace
@@ -752,12 +781,14 @@ json check_megatron_args(const MegatronArgs& args, const json& config, const std
   if (v.mla_rope) check_mla_rope(c, v);
   if (moe) check_router(c, v);
   if (!c.problems_.empty())
-    throw_config_contradiction(config_path, "config.json disagrees with the training arguments the checkpoint carries (" + args.from + "):",
-                               c.problems_);
+    throw_config_contradiction(
+        config_path,
+        "config.json disagrees with the training arguments the checkpoint carries (" + args.from + "):", c.problems_);
   return std::move(c.checked_);
 }
 
-void throw_config_contradiction(const std::string& config_path, const std::string& header, const std::vector<std::string>& problems) {
+void throw_config_contradiction(const std::string& config_path, const std::string& header,
+                                const std::vector<std::string>& problems) {
   std::string text = header;
   for (const std::string& p : problems) text += "\n  " + p;
   text +=
@@ -789,7 +820,8 @@ void check_megatron_map(const Checkpoint& saved, MappedModel& map, const MapConf
   map.args_from = args->from;
   // A map file whose variants carry no "args" (a copy of an older megatron.json) reads them as the
   // built-in family's variant of the same name.
-  const json rules = map.variant_args.is_object() ? map.variant_args : variant_args(load_key_map("megatron"), map.variant);
+  const json rules =
+      map.variant_args.is_object() ? map.variant_args : variant_args(load_key_map("megatron"), map.variant);
   map.args_checked = check_megatron_args(*args, config.json, config.path, rules);
 }
 

@@ -19,9 +19,9 @@
 // llama_qwen, glm4_moe, deepseek_v3, mixtral, gpt_oss; each variant's "args" says which rows below apply
 // and its router, as data: a new variant is a row of megatron.json). A setting config.json leaves
 // out is its config class's default (the variant's "config_defaults", from transformers 5.23's
-// classes, by model_type; a model_type not listed: only what config.json states is compared). RoPE settings are read from
-// `rope_parameters` first, then the top level (transformers < 5's spelling), then `rope_scaling`.
-// Floats agree within a relative 1e-6 (a value written through float32 is the same setting).
+// classes, by model_type; a model_type not listed: only what config.json states is compared). RoPE settings are read
+// from `rope_parameters` first, then the top level (transformers < 5's spelling), then `rope_scaling`. Floats agree
+// within a relative 1e-6 (a value written through float32 is the same setting).
 //
 //   config.json                        Megatron-LM args                          variants
 //   ---------------------------------  ----------------------------------------  ---------------

@@ -17,11 +17,15 @@ using nlohmann::json;
 namespace {
 
 // Megatron-LM's vocab_size_with_padding.
-int64_t padded_of(int64_t vocab, int64_t multiple) { return (vocab + multiple - 1) / multiple * multiple; }
+int64_t padded_of(int64_t vocab, int64_t multiple) {
+  return (vocab + multiple - 1) / multiple * multiple;
+}
 
 // The Hugging Face names of the vocabulary's rows (Megatron-Bridge's _is_vocab_export_task: the
 // token embedding and the language-model head).
-bool is_vocab_output(const std::string& key) { return key == "model.embed_tokens.weight" || key == "lm_head.weight"; }
+bool is_vocab_output(const std::string& key) {
+  return key == "model.embed_tokens.weight" || key == "lm_head.weight";
+}
 // Their megatron-core names (torch_dist): GPTModel's embedding and untied output layer.
 bool is_megatron_vocab(const std::string& key) {
   return key == "embedding.word_embeddings.weight" || key == "output_layer.weight";
@@ -46,8 +50,8 @@ int64_t row_blocks(const TensorMeta& t) {
 }
 
 struct Rule {
-  int64_t padded = 0;     // the rows Megatron-LM pads vocab_size to
-  int64_t multiple = 0;   // divisible_by x TP (0: the args give padded_vocab_size alone)
+  int64_t padded = 0;    // the rows Megatron-LM pads vocab_size to
+  int64_t multiple = 0;  // divisible_by x TP (0: the args give padded_vocab_size alone)
   std::string text, from;
 };
 
@@ -65,7 +69,8 @@ void fit_megatron_vocab(const Checkpoint& saved, MappedModel& map, const MapConf
   const int64_t vocab = v.get<int64_t>();
   std::vector<MappedTensor*> cut;
   for (MappedTensor& mt : map.tensors)
-    if (is_vocab_output(mt.meta.fqn) && !mt.zeros && mt.meta.ndim() == 2 && mt.meta.shape[0] > vocab) cut.push_back(&mt);
+    if (is_vocab_output(mt.meta.fqn) && !mt.zeros && mt.meta.ndim() == 2 && mt.meta.shape[0] > vocab)
+      cut.push_back(&mt);
   if (cut.empty()) return;
   const int64_t rows = cut[0]->meta.shape[0];
 
@@ -96,7 +101,8 @@ void fit_megatron_vocab(const Checkpoint& saved, MappedModel& map, const MapConf
               " rows but config.json's vocab_size is " + std::to_string(vocab) + " (" + config.path +
               "); the checkpoint carries no Megatron-LM args (" + note +
               ") and its embedding is not saved in equal row blocks, so the tensor-parallel size Megatron-LM padded "
-              "for cannot be told: nothing written. A config.json whose vocab_size is the rows' count exports them all");
+              "for cannot be told: nothing written. A config.json whose vocab_size is the rows' count exports them "
+              "all");
     rule.multiple = 128 * blocks;
     rule.padded = padded_of(vocab, rule.multiple);
     rule.text = "Megatron-LM's default padding to a multiple of make_vocab_size_divisible_by 128 x TP " +
@@ -114,11 +120,11 @@ void fit_megatron_vocab(const Checkpoint& saved, MappedModel& map, const MapConf
   for (MappedTensor* mt : cut)
     if (mt->meta.shape[0] != rule.padded)
       problems.push_back(mt->meta.fqn + " (" + (mt->inputs.empty() ? std::string("?") : mt->inputs[0]) + ") has " +
-                         std::to_string(mt->meta.shape[0]) + " rows, but " + rule.text + " pads " + std::to_string(vocab) +
-                         " to " + std::to_string(rule.padded));
+                         std::to_string(mt->meta.shape[0]) + " rows, but " + rule.text + " pads " +
+                         std::to_string(vocab) + " to " + std::to_string(rule.padded));
   if (!problems.empty()) {
-    std::string text = "map " + map.name + ": config.json's vocab_size is " + std::to_string(vocab) + " (" + config.path +
-                       ") and the checkpoint's vocabulary has " + std::to_string(rows) +
+    std::string text = "map " + map.name + ": config.json's vocab_size is " + std::to_string(vocab) + " (" +
+                       config.path + ") and the checkpoint's vocabulary has " + std::to_string(rows) +
                        " rows; the extra rows are not Megatron's padding of it (" + rule.from + "):";
     for (const std::string& p : problems) text += "\n  " + p;
     if (tokens.is_number_integer() && tokens.get<int64_t>() != vocab)
@@ -135,7 +141,8 @@ void fit_megatron_vocab(const Checkpoint& saved, MappedModel& map, const MapConf
   json keys = json::array();
   for (MappedTensor* mt : cut) {
     for (const MapPart& p : mt->parts)
-      if (p.rows || p.transpose || p.drop >= 0 || p.add >= 0 || p.units != 1 || p.to.empty() || p.from.sizes.size() != 2)
+      if (p.rows || p.transpose || p.drop >= 0 || p.add >= 0 || p.units != 1 || p.to.empty() ||
+          p.from.sizes.size() != 2)
         throw UnsupportedError(Where(saved.dir, std::nullopt, mt->meta.fqn),
                                "map " + map.name + ": " + mt->meta.fqn +
                                    " is not one saved tensor renamed, so its padding rows cannot be cut here");
@@ -150,12 +157,8 @@ void fit_megatron_vocab(const Checkpoint& saved, MappedModel& map, const MapConf
     mt->transforms.push_back("trim");
     keys.push_back(mt->meta.fqn);
   }
-  map.vocab = {{"vocab_size", vocab},
-               {"rows", rows},
-               {"rows_dropped", rows - vocab},
-               {"tensors", keys},
-               {"rule", rule.text},
-               {"rule_from", rule.from}};
+  map.vocab = {{"vocab_size", vocab}, {"rows", rows},      {"rows_dropped", rows - vocab},
+               {"tensors", keys},     {"rule", rule.text}, {"rule_from", rule.from}};
 }
 
 namespace {
@@ -182,25 +185,28 @@ json read_megatron_args_file(const std::string& path) {
     throw UsageError(Where(path), std::string("--megatron-args: not JSON: ") + e.what());
   }
   if (!file.is_object())
-    throw UsageError(Where(path), "--megatron-args: want a JSON object of Megatron-LM's argument names (json.dump(vars(args)))");
+    throw UsageError(Where(path),
+                     "--megatron-args: want a JSON object of Megatron-LM's argument names (json.dump(vars(args)))");
   return file;
 }
 
 // The tensors padded (the word embeddings and an untied output layer) and the vocabulary's rows,
 // which must agree with each other, config.json and the args file.
-std::vector<MappedTensor*> vocab_tensors(MappedModel& map, const MapConfig& config, const json& file, const std::string& path) {
+std::vector<MappedTensor*> vocab_tensors(MappedModel& map, const MapConfig& config, const json& file,
+                                         const std::string& path) {
   std::vector<MappedTensor*> pad;
   for (MappedTensor& mt : map.tensors)
     if (is_megatron_vocab(mt.meta.fqn) && !mt.zeros && mt.meta.ndim() == 2) pad.push_back(&mt);
   if (pad.empty())
-    throw UnsupportedError(Where(), "map " + map.name + ": the output has no embedding.word_embeddings.weight to pad "
-                                    "for Megatron-LM; leave out --megatron-args / --make-vocab-size-divisible-by / "
-                                    "--tensor-model-parallel-size");
+    throw UnsupportedError(Where(), "map " + map.name +
+                                        ": the output has no embedding.word_embeddings.weight to pad "
+                                        "for Megatron-LM; leave out --megatron-args / --make-vocab-size-divisible-by / "
+                                        "--tensor-model-parallel-size");
   const int64_t rows = pad[0]->meta.shape[0];
   for (const MappedTensor* mt : pad)
     if (mt->meta.shape[0] != rows)
-      throw FormatError(Where(), "map " + map.name + ": " + pad[0]->meta.fqn + " has " + std::to_string(rows) + " rows but " +
-                                     mt->meta.fqn + " " + std::to_string(mt->meta.shape[0]));
+      throw FormatError(Where(), "map " + map.name + ": " + pad[0]->meta.fqn + " has " + std::to_string(rows) +
+                                     " rows but " + mt->meta.fqn + " " + std::to_string(mt->meta.shape[0]));
   const json cv = config.json.is_object() ? config.json.value("vocab_size", json()) : json();
   if (cv.is_number_integer() && cv.get<int64_t>() != rows)
     throw FormatError(Where(config.path), "config.json's vocab_size is " + cv.dump() + " but " + pad[0]->inputs.at(0) +
@@ -242,9 +248,8 @@ void megatron_namespace(const MegatronTarget& target, MappedModel& map, const Ma
   put("no_save_optim", true);
   put("no_save_rng", true);
   const std::string& path = target.args_file;
-  map.megatron_args = {{"from", path.empty() ? json("config.json and the command line") : json(path)},
-                       {"fields", fields},
-                       {"set", set}};
+  map.megatron_args = {
+      {"from", path.empty() ? json("config.json and the command line") : json(path)}, {"fields", fields}, {"set", set}};
 }
 
 }  // namespace
@@ -252,9 +257,11 @@ void megatron_namespace(const MegatronTarget& target, MappedModel& map, const Ma
 void pad_megatron_vocab(const MegatronTarget& target, MappedModel& map, const MapConfig& config) {
   if (!target.given()) return;
   if (map.from != "hf" || map.to != "megatron")
-    throw UsageError(Where(), "--megatron-args, --make-vocab-size-divisible-by and --tensor-model-parallel-size say "
-                              "the Megatron-LM run a Hugging Face model is written for: they go with --map megatron "
-                              "from a Hugging Face checkpoint (this map goes " + map.from + " -> " + map.to + ")");
+    throw UsageError(Where(),
+                     "--megatron-args, --make-vocab-size-divisible-by and --tensor-model-parallel-size say "
+                     "the Megatron-LM run a Hugging Face model is written for: they go with --map megatron "
+                     "from a Hugging Face checkpoint (this map goes " +
+                         map.from + " -> " + map.to + ")");
   const json file = read_megatron_args_file(target.args_file);
   const std::string& path = target.args_file;
   // Each setting from its flag, else the file, else Megatron-LM's default; a flag and the file
@@ -262,15 +269,16 @@ void pad_megatron_vocab(const MegatronTarget& target, MappedModel& map, const Ma
   auto pick = [&](const char* name, const char* flag, int64_t given, int64_t dflt, std::string* from) {
     const int64_t in_file = file_int(file, name, path);
     if (given > 0 && in_file > 0 && given != in_file)
-      throw UsageError(Where(path), std::string(flag) + " " + std::to_string(given) + ", but --megatron-args says " + name +
-                                        " = " + std::to_string(in_file));
+      throw UsageError(Where(path), std::string(flag) + " " + std::to_string(given) + ", but --megatron-args says " +
+                                        name + " = " + std::to_string(in_file));
     *from = given > 0 ? std::string(flag) : in_file > 0 ? path : "Megatron-LM's default";
     return given > 0 ? given : in_file > 0 ? in_file : dflt;
   };
   std::string by_from, tp_from;
   const int64_t padded_file = file_int(file, "padded_vocab_size", path);
   const bool by_stated = target.divisible_by > 0 || file_int(file, "make_vocab_size_divisible_by", path) > 0;
-  const int64_t by = pick("make_vocab_size_divisible_by", "--make-vocab-size-divisible-by", target.divisible_by, 128, &by_from);
+  const int64_t by =
+      pick("make_vocab_size_divisible_by", "--make-vocab-size-divisible-by", target.divisible_by, 128, &by_from);
   const int64_t tp = pick("tensor_model_parallel_size", "--tensor-model-parallel-size", target.tp, 1, &tp_from);
   const std::vector<MappedTensor*> pad = vocab_tensors(map, config, file, path);
   const int64_t vocab = pad[0]->meta.shape[0];
@@ -278,8 +286,9 @@ void pad_megatron_vocab(const MegatronTarget& target, MappedModel& map, const Ma
   Rule rule;
   rule.multiple = by * tp;
   rule.padded = padded_of(vocab, rule.multiple);
-  rule.text = "Megatron-LM's padding to a multiple of make_vocab_size_divisible_by " + std::to_string(by) + " (" + by_from +
-              ") x tensor_model_parallel_size " + std::to_string(tp) + " (" + tp_from + ") = " + std::to_string(rule.multiple);
+  rule.text = "Megatron-LM's padding to a multiple of make_vocab_size_divisible_by " + std::to_string(by) + " (" +
+              by_from + ") x tensor_model_parallel_size " + std::to_string(tp) + " (" + tp_from +
+              ") = " + std::to_string(rule.multiple);
   rule.from = path.empty() ? "the command line" : path;
   if (padded_file > 0 && !by_stated && target.tp == 0) {
     rule.padded = padded_file;
@@ -287,7 +296,8 @@ void pad_megatron_vocab(const MegatronTarget& target, MappedModel& map, const Ma
     rule.text = "--megatron-args' padded_vocab_size = " + std::to_string(padded_file);
   } else if (padded_file > 0 && padded_file != rule.padded) {
     throw UsageError(Where(path), "--megatron-args says padded_vocab_size = " + std::to_string(padded_file) + ", but " +
-                                      rule.text + " pads " + std::to_string(vocab) + " to " + std::to_string(rule.padded));
+                                      rule.text + " pads " + std::to_string(vocab) + " to " +
+                                      std::to_string(rule.padded));
   }
   if (rule.padded < vocab)
     throw UsageError(Where(path), "--megatron-args says padded_vocab_size = " + std::to_string(rule.padded) +

@@ -65,5 +65,4 @@ void fit_megatron_vocab(const Checkpoint& saved, MappedModel& map, const MapConf
 // itself or config.json. Nothing when `target` is not given.
 void pad_megatron_vocab(const MegatronTarget& target, MappedModel& map, const MapConfig& config);
 
-
 }  // namespace dcpctl

@@ -40,7 +40,7 @@ struct SafetensorsAudit {
   Findings problems;
   bool decoded = false;  // the header's JSON could be read: `tensors` is what it holds
   uint64_t header_bytes = 0, data_start = 0, data_bytes = 0;
-  std::vector<AuditedTensor> tensors;  // in header order, duplicates included
+  std::vector<AuditedTensor> tensors;           // in header order, duplicates included
   std::map<std::string, std::string> metadata;  // __metadata__ (when decoded)
 };
 

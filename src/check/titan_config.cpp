@@ -64,8 +64,7 @@ void eval_path(const json& at, const std::string& path, size_t pos, const std::s
   }
   if (path.compare(pos, 3, "[*]") == 0) {
     if (!at.is_array()) return;
-    for (size_t i = 0; i < at.size(); ++i)
-      eval_path(at[i], path, pos + 3, shown + "[" + std::to_string(i) + "]", out);
+    for (size_t i = 0; i < at.size(); ++i) eval_path(at[i], path, pos + 3, shown + "[" + std::to_string(i) + "]", out);
     return;
   }
   if (path[pos] == '.') ++pos;
@@ -76,7 +75,9 @@ void eval_path(const json& at, const std::string& path, size_t pos, const std::s
   eval_path(at[name], path, end, shown + (shown.empty() ? "" : ".") + name, out);
 }
 
-std::string shown(const json& v) { return v.is_string() ? v.dump() : v.is_null() ? "null" : v.dump(); }
+std::string shown(const json& v) {
+  return v.is_string() ? v.dump() : v.is_null() ? "null" : v.dump();
+}
 
 bool same_value(const json& a, const json& b) {
   if (a.is_number() && b.is_number()) {
@@ -111,7 +112,9 @@ class RowChecker {
   std::optional<std::pair<json, std::string>> config_value(const std::string& field, std::string* from) const {
     const bool rope = field.rfind("rope:", 0) == 0;
     const std::string name = rope ? field.substr(5) : field;
-    auto stated = [&](const json& o, const std::string& k) { return o.is_object() && o.contains(k) && !o[k].is_null(); };
+    auto stated = [&](const json& o, const std::string& k) {
+      return o.is_object() && o.contains(k) && !o[k].is_null();
+    };
     if (rope) {
       if (auto got = config_rope_field(config_, name)) {
         *from = "config.json";
@@ -130,9 +133,11 @@ class RowChecker {
 
   void row(const json& r, const std::string& file) {
     auto bad = [](const std::string& what) {
-      throw UsageError(Where("src/check/titan_config.json"), "a row: " + what + " (check/titan_config.h lists the fields)");
+      throw UsageError(Where("src/check/titan_config.json"),
+                       "a row: " + what + " (check/titan_config.h lists the fields)");
     };
-    if (!r.is_object() || !(r.value("titan", json()).is_string() || r.value("titan", json()).is_array())) bad("no \"titan\"");
+    if (!r.is_object() || !(r.value("titan", json()).is_string() || r.value("titan", json()).is_array()))
+      bad("no \"titan\"");
     if (r.contains("when")) {
       const json& w = r["when"];
       if (!w.is_object() || !w.value("titan", json()).is_string() || !w.contains("is")) bad("\"when\" is {titan, is}");
@@ -206,10 +211,12 @@ std::optional<TitanJobConfig> find_titan_job_config(const std::string& checkpoin
     return std::nullopt;
   };
   if (checkpoint_dir.find("://") != std::string::npos)
-    return say("torchtitan's job config is looked for beside local checkpoints only: nothing compared with config.json");
+    return say(
+        "torchtitan's job config is looked for beside local checkpoints only: nothing compared with config.json");
   std::error_code ec;
   const fs::path step = fs::weakly_canonical(fs::path(checkpoint_dir), ec);
-  if (ec || !step.has_parent_path()) return say("no run folder above " + checkpoint_dir + ": nothing compared with config.json");
+  if (ec || !step.has_parent_path())
+    return say("no run folder above " + checkpoint_dir + ": nothing compared with config.json");
   const fs::path run = step.parent_path();
   const fs::path dump = run.parent_path();
   std::vector<TitanJobConfig> found;
@@ -263,7 +270,8 @@ json check_titan_job_config(const TitanJobConfig& job, const json& config, const
 
 void check_titan_map(const Checkpoint& saved, MappedModel& map, const MapConfig& config) {
   if (map.from != "torchtitan" || map.to != "hf") return;
-  json out = {{"from", nullptr}, {"model", nullptr}, {"flavor", nullptr}, {"checked", json::array()}, {"note", nullptr}};
+  json out = {
+      {"from", nullptr}, {"model", nullptr}, {"flavor", nullptr}, {"checked", json::array()}, {"note", nullptr}};
   std::string note;
   std::optional<TitanJobConfig> job = find_titan_job_config(saved.dir, &note);
   if (!job) {

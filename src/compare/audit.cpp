@@ -2,15 +2,15 @@
 
 #include <algorithm>
 
-#include "compare/diff.h"
 #include "check/hf_checks.h"
+#include "compare/diff.h"
+#include "item/item_reader.h"
+#include "meta/derived.h"
+#include "meta/pieces.h"
+#include "view/codecs/dequantize.h"
+#include "view/codecs/quantized.h"
 #include "view/maps/keymap_terms.h"
 #include "view/model_config.h"
-#include "view/codecs/quantized.h"
-#include "view/codecs/dequantize.h"
-#include "meta/derived.h"
-#include "item/item_reader.h"
-#include "meta/pieces.h"
 
 namespace dcpctl {
 
@@ -57,7 +57,8 @@ std::map<std::string, ExportBound> dequantize_export(Input& exported, const Inpu
           Where(exported.path, std::nullopt, name),
           std::string("comparing an export of ") + (d.codec ? d.codec->display : "quantized") +
               " weights with its source is not supported for this weight's format (its error bound is not "
-              "implemented); dequantize it (consolidate EXPORT -o DIR/ --dtype fp32) and compare that with --atol/--rtol");
+              "implemented); dequantize it (consolidate EXPORT -o DIR/ --dtype fp32) and compare that with "
+              "--atol/--rtol");
   exported.reader.reset();  // it reads the checkpoint replaced below
   auto saved = std::make_shared<SavedReads>(std::move(exported.ck));
   for (const auto& [name, d] : view->derived->output.decoded) {

@@ -9,9 +9,9 @@
 #include "compare/stats.h"
 #include "item/window.h"
 #include "plan/memory.h"
-#include "util/numeric.h"
 #include "util/elements.h"
 #include "util/memory_gate.h"
+#include "util/numeric.h"
 
 namespace dcpctl {
 
@@ -23,22 +23,29 @@ constexpr size_t kWiden = 1 << 15;  // elements compared in float64 at a time
 
 bool has_prefix(const Metadata& md, const std::string& prefix) {
   for (const auto& t : md.tensors)
-    if (t.fqn.size() > prefix.size() && t.fqn.compare(0, prefix.size(), prefix) == 0 && t.fqn[prefix.size()] == '.') return true;
+    if (t.fqn.size() > prefix.size() && t.fqn.compare(0, prefix.size(), prefix) == 0 && t.fqn[prefix.size()] == '.')
+      return true;
   for (const auto& b : md.bytes)
-    if (b.fqn.size() > prefix.size() && b.fqn.compare(0, prefix.size(), prefix) == 0 && b.fqn[prefix.size()] == '.') return true;
+    if (b.fqn.size() > prefix.size() && b.fqn.compare(0, prefix.size(), prefix) == 0 && b.fqn[prefix.size()] == '.')
+      return true;
   return false;
 }
 
 int rank(const KeyDiff& k) {
   switch (k.status) {
-    case DiffStatus::ValuesChanged: return 0;
+    case DiffStatus::ValuesChanged:
+      return 0;
     case DiffStatus::KindChanged:
     case DiffStatus::DtypeChanged:
-    case DiffStatus::ShapeChanged: return 1;
-    case DiffStatus::OnlyInA: return 2;
-    case DiffStatus::OnlyInB: return 3;
+    case DiffStatus::ShapeChanged:
+      return 1;
+    case DiffStatus::OnlyInA:
+      return 2;
+    case DiffStatus::OnlyInB:
+      return 3;
     case DiffStatus::Identical:
-    case DiffStatus::Tied: return 4;
+    case DiffStatus::Tied:
+      return 4;
   }
   return 5;
 }
@@ -55,14 +62,22 @@ std::string tied_key(const MappedModel& m, const MappedTensor& t, const KeyMap& 
 
 const char* status_name(DiffStatus s) {
   switch (s) {
-    case DiffStatus::OnlyInA: return "only_in_a";
-    case DiffStatus::OnlyInB: return "only_in_b";
-    case DiffStatus::KindChanged: return "kind_changed";
-    case DiffStatus::DtypeChanged: return "dtype_changed";
-    case DiffStatus::ShapeChanged: return "shape_changed";
-    case DiffStatus::ValuesChanged: return "values_changed";
-    case DiffStatus::Identical: return "identical";
-    case DiffStatus::Tied: return "tied";
+    case DiffStatus::OnlyInA:
+      return "only_in_a";
+    case DiffStatus::OnlyInB:
+      return "only_in_b";
+    case DiffStatus::KindChanged:
+      return "kind_changed";
+    case DiffStatus::DtypeChanged:
+      return "dtype_changed";
+    case DiffStatus::ShapeChanged:
+      return "shape_changed";
+    case DiffStatus::ValuesChanged:
+      return "values_changed";
+    case DiffStatus::Identical:
+      return "identical";
+    case DiffStatus::Tied:
+      return "tied";
   }
   return "?";
 }
@@ -134,9 +149,11 @@ class Differ {
   // The keys each side compares: under --select's prefix where that side has it, through --map.
   void select() {
     const std::string& prefix = o_.selection.prefix;
-    const bool pa = !prefix.empty() && has_prefix(a_.ck.md, prefix), pb = !prefix.empty() && has_prefix(b_.ck.md, prefix);
+    const bool pa = !prefix.empty() && has_prefix(a_.ck.md, prefix),
+               pb = !prefix.empty() && has_prefix(b_.ck.md, prefix);
     if (!prefix.empty() && !pa && !pb)
-      throw UsageError(Where(), "--select " + prefix + ": neither " + a_.path + " nor " + b_.path + " has keys under it");
+      throw UsageError(Where(),
+                       "--select " + prefix + ": neither " + a_.path + " nor " + b_.path + " has keys under it");
     // B quantized and A not (an export of A): B's quantized weights decoded, each with the bound
     // its values are held to.
     bounds_ = dequantize_export(b_, a_);
@@ -243,7 +260,8 @@ class Differ {
     }
     for (const auto* t : {&ta, &tb})
       if (!t->dtype)
-        throw UnsupportedError(Where(t == &ta ? a_.path : b_.path, std::nullopt, k.key), "tensor of unknown dtype " + t->dtype_name);
+        throw UnsupportedError(Where(t == &ta ? a_.path : b_.path, std::nullopt, k.key),
+                               "tensor of unknown dtype " + t->dtype_name);
     rules_[p.key] = rule_for(k, p);
     require_tiled(a_, ta);
     require_tiled(b_, tb);
@@ -275,8 +293,9 @@ class Differ {
     rule.rtol = o_.rtol.value_or(0);
     rule.equal_nan = o_.equal_nan;
     if (!rule.exact && (!decodable(*ta.dtype) || !decodable(*tb.dtype)))
-      throw UnsupportedError(Where(a_.path, std::nullopt, k.key), "values of dtype " + ta.dtype_name + " / " + tb.dtype_name +
-                                                                      " are not decoded; compare them exactly (no --atol/--rtol)");
+      throw UnsupportedError(Where(a_.path, std::nullopt, k.key),
+                             "values of dtype " + ta.dtype_name + " / " + tb.dtype_name +
+                                 " are not decoded; compare them exactly (no --atol/--rtol)");
     return rule;
   }
 
@@ -335,7 +354,10 @@ class Differ {
   void finish() {
     for (size_t i = 0; i < tasks_.size(); ++i) r_.keys[tasks_[i].key].acc.merge(partial_[i]);
     for (auto& k : r_.keys) {
-      if (k.compared) k.status = k.acc.differ ? DiffStatus::ValuesChanged : !k.b_key.empty() ? DiffStatus::Tied : DiffStatus::Identical;
+      if (k.compared)
+        k.status = k.acc.differ       ? DiffStatus::ValuesChanged
+                   : !k.b_key.empty() ? DiffStatus::Tied
+                                      : DiffStatus::Identical;
       if (k.status == DiffStatus::Tied) continue;
       if (k.status != DiffStatus::Identical) r_.same = false;
     }
@@ -350,7 +372,8 @@ class Differ {
     });
     if (audit_) {
       r_.audit = audit_export(a_, b_, r_, *keymap_);
-      r_.same = r_.audit->clean() && !found_;  // --quiet stops at the first difference: what is left unread is not clean
+      r_.same =
+          r_.audit->clean() && !found_;  // --quiet stops at the first difference: what is left unread is not clean
     }
     r_.bytes_read = done_.load();
   }
@@ -384,9 +407,10 @@ DiffResult diff_inputs(Input& a, Input& b, const DiffOptions& o) {
   for (const DiffKind& kind : diff_kinds())
     if (kind.claims(a) != kind.claims(b)) return kind.claims(b) ? kind.diff(a, b, o, false) : kind.diff(b, a, o, true);
   if (!o.assets.empty())
-    throw UsageError(Where(o.assets), diff_kinds().empty() ? "--assets names the config.json of a module's file's source (a .gguf's), "
-                                                             "and this build of dcpctl has no such module"
-                                                           : diff_kinds().front().assets_use);
+    throw UsageError(Where(o.assets), diff_kinds().empty()
+                                          ? "--assets names the config.json of a module's file's source (a .gguf's), "
+                                            "and this build of dcpctl has no such module"
+                                          : diff_kinds().front().assets_use);
   return Differ(a, b, o).run();
 }
 
@@ -413,7 +437,8 @@ json diff_json(const Input& a, const Input& b, const DiffResult& r, const DiffOp
   };
   j["keys"] = json::array();
   for (const auto& k : r.keys) {
-    json e = {{"key", k.key}, {"status", status_name(k.status)}, {"a", side(k.a, k.value_a)}, {"b", side(k.b, k.value_b)}};
+    json e = {
+        {"key", k.key}, {"status", status_name(k.status)}, {"a", side(k.a, k.value_a)}, {"b", side(k.b, k.value_b)}};
     if (k.status == DiffStatus::OnlyInB) e["a"] = nullptr;
     if (k.status == DiffStatus::OnlyInA) e["b"] = nullptr;
     if (k.compared) {

@@ -56,8 +56,8 @@ bool equal_as_nan(DType d, const uint8_t* a, const uint8_t* b) {
 
 }  // namespace
 
-void record_difference(DiffAccumulator& acc, uint64_t index, double a, double b, std::optional<DType> ud, const uint8_t* pa,
-            const uint8_t* pb, bool same_dtype) {
+void record_difference(DiffAccumulator& acc, uint64_t index, double a, double b, std::optional<DType> ud,
+                       const uint8_t* pa, const uint8_t* pb, bool same_dtype) {
   ++acc.differ;
   acc.first = std::min(acc.first, index);
   if (std::isnan(a) || std::isnan(b)) {
@@ -73,7 +73,8 @@ void record_difference(DiffAccumulator& acc, uint64_t index, double a, double b,
     uint64_t u;
     if (same_dtype && pa && pb) {
       int64_t oa = float_ordinal(*ud, pa), ob = float_ordinal(*ud, pb);
-      u = oa > ob ? static_cast<uint64_t>(oa) - static_cast<uint64_t>(ob) : static_cast<uint64_t>(ob) - static_cast<uint64_t>(oa);
+      u = oa > ob ? static_cast<uint64_t>(oa) - static_cast<uint64_t>(ob)
+                  : static_cast<uint64_t>(ob) - static_cast<uint64_t>(oa);
     } else {
       u = ulp_distance(*ud, a, b);
     }
@@ -142,8 +143,8 @@ void compare_elements(DType da, const uint8_t* pa, DType db, const uint8_t* pb, 
       }
     }
     if (close) continue;
-    record_difference(acc, start + i, va[worst], vb[worst], ln == 1 ? ud : std::nullopt, same ? pa + i * itemsize(da) : nullptr,
-           same ? pb + i * itemsize(db) : nullptr, same);
+    record_difference(acc, start + i, va[worst], vb[worst], ln == 1 ? ud : std::nullopt,
+                      same ? pa + i * itemsize(da) : nullptr, same ? pb + i * itemsize(db) : nullptr, same);
   }
 }
 

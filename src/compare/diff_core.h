@@ -36,7 +36,7 @@ struct DiffAccumulator {
   uint64_t inexact = 0;       // equal within an export's bound, not bit for bit (compare/export_bound.h)
   double max_abs = 0, max_rel = 0;
   uint64_t max_ulp = 0;
-  bool ulp_known = false;     // some differing finite pair was measured in ULPs
+  bool ulp_known = false;  // some differing finite pair was measured in ULPs
   uint64_t first = UINT64_MAX;
   void merge(const DiffAccumulator& o);
 };
@@ -50,8 +50,8 @@ std::optional<DType> ulp_dtype(DType a, DType b);
 // rule and for measuring differing elements.
 // Records one differing element at flat `index`: a, b its float64 values (NaN for undecodable
 // dtypes); ULPs in `ud` (from the bits when same_dtype and pa, pb are given).
-void record_difference(DiffAccumulator& acc, uint64_t index, double a, double b, std::optional<DType> ud, const uint8_t* pa,
-                       const uint8_t* pb, bool same_dtype);
+void record_difference(DiffAccumulator& acc, uint64_t index, double a, double b, std::optional<DType> ud,
+                       const uint8_t* pa, const uint8_t* pb, bool same_dtype);
 
 void compare_elements(DType da, const uint8_t* pa, DType db, const uint8_t* pb, size_t n, uint64_t start,
                       const DiffRule& rule, double* wa, double* wb, DiffAccumulator& acc);

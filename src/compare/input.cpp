@@ -1,9 +1,9 @@
 #include "compare/input.h"
 
 #include "check/megatron_vocab.h"
-#include "pickle/repr.h"
 #include "meta/derived.h"
 #include "meta/geometry.h"
+#include "pickle/repr.h"
 #include "view/model.h"
 
 namespace dcpctl {
@@ -29,7 +29,8 @@ std::string value_repr(const Input& in, const BytesMeta& b) {
   return pickle::repr(tree->root, 1u << 20);
 }
 
-void map_input(Input& in, const std::string& map, const Selection& selection, const std::string& config, const std::string& from) {
+void map_input(Input& in, const std::string& map, const Selection& selection, const std::string& config,
+               const std::string& from) {
   ModelRequest rq;
   rq.selection = selection;
   rq.map = map;
@@ -77,12 +78,14 @@ namespace {
 void require_chunks_tile(const Input& in, const TensorMeta& t) {
   for (size_t i = 0; i < t.num_chunks(); ++i)
     if (!t.storage[i].present() && t.chunk_numel(i) > 0)
-      throw FormatError(Where(in.ck.metadata_path, std::nullopt, t.fqn), "chunk " + std::to_string(i) + " has no storage entry");
+      throw FormatError(Where(in.ck.metadata_path, std::nullopt, t.fqn),
+                        "chunk " + std::to_string(i) + " has no storage entry");
   Coverage c = check_coverage(t, 1);
   if (c.exact) return;
   std::string why;
   if (c.missing_elements) why = std::to_string(c.missing_elements) + " elements no chunk holds";
-  if (c.overlap_elements) why += std::string(why.empty() ? "" : ", ") + std::to_string(c.overlap_elements) + " elements held twice";
+  if (c.overlap_elements)
+    why += std::string(why.empty() ? "" : ", ") + std::to_string(c.overlap_elements) + " elements held twice";
   if (!c.out_of_bounds.empty()) why += std::string(why.empty() ? "" : ", ") + "a chunk outside the shape";
   throw FormatError(Where(in.ck.metadata_path, std::nullopt, t.fqn), "the chunks do not tile the tensor: " + why);
 }

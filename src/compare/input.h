@@ -10,15 +10,15 @@
 
 #include "item/item_reader.h"
 #include "meta/checkpoint.h"
-#include "view/maps/keymap.h"
 #include "meta/select.h"
+#include "view/maps/keymap.h"
 
 namespace dcpctl {
 
 struct Input {
   std::string path;
   Checkpoint ck;
-  std::unique_ptr<ItemReader> reader;                // reads ck (which therefore never moves)
+  std::unique_ptr<ItemReader> reader;  // reads ck (which therefore never moves)
   // --map: ck is the key map's table (view/maps/map_view.h), its outputs the items, the selection
   // applied; null otherwise.
   const MappedModel* map = nullptr;
@@ -33,7 +33,8 @@ std::string value_repr(const Input& in, const BytesMeta& b);
 // file), its parameters from `config` or the input's own config.json, `from` as apply_key_map's:
 // the map's table, whose outputs its reader reads from their parts. Throws what build_model
 // throws, leaving the input as it was; `excluded` lists what --exclude left out.
-void map_input(Input& in, const std::string& map, const Selection& selection, const std::string& config, const std::string& from = "");
+void map_input(Input& in, const std::string& map, const Selection& selection, const std::string& config,
+               const std::string& from = "");
 // The selected items (a mapped input's: every output of the map, which applied the selection).
 std::vector<SelectedItem> input_items(const Input& in, const Selection& selection);
 // Tells the input's reader which of those items will be read (ItemReader::expect): a key map's

@@ -25,7 +25,9 @@ std::string skip_reason(const TensorMeta& t) {
 }
 
 // Tensors the gates look at: those that can hold NaN, Inf (real floating and complex).
-bool gated(DType d) { return is_real_float(d) || info(d).complex; }
+bool gated(DType d) {
+  return is_real_float(d) || info(d).complex;
+}
 
 }  // namespace
 
@@ -88,7 +90,8 @@ StatsResult compute_stats(Input& in, const StatsOptions& o) {
     require_tiled(in, t);
     size_t item = itemsize(*t.dtype);
     uint64_t per_elem = 2 * item;
-    std::vector<Window> windows = plan_windows(t.shape, window_elems(o.window_bytes, item, buffer_budget, threads, per_elem));
+    std::vector<Window> windows =
+        plan_windows(t.shape, window_elems(o.window_bytes, item, buffer_budget, threads, per_elem));
     reader.expect(t, windows);
     for (const Window& w : windows) tasks.push_back({ri, w});
     total_bytes += t.nbytes();
@@ -161,7 +164,8 @@ json stats_json(const Input& in, const StatsResult& r, const StatsOptions& o) {
     std::vector<int64_t> vshape = value_shape(t);
     if (info(*t.dtype).complex) e["view_as_real"] = vshape;
     e.update(stats_fields(rep.s));
-    e["first_nonfinite_index"] = rep.s.first_nonfinite == UINT64_MAX ? json(nullptr) : json(unravel(vshape, rep.s.first_nonfinite));
+    e["first_nonfinite_index"] =
+        rep.s.first_nonfinite == UINT64_MAX ? json(nullptr) : json(unravel(vshape, rep.s.first_nonfinite));
     j["tensors"].push_back(e);
     if (o.depth > 0) {
       std::string g = group_prefix(rep.key, o.depth);

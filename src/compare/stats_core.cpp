@@ -48,15 +48,25 @@ void StatsAccumulator::merge(const StatsAccumulator& o) {
   first_nonfinite = std::min(first_nonfinite, o.first_nonfinite);
 }
 
-double StatsAccumulator::min_value() const { return n == 0 || nan ? kNaN : min; }
-double StatsAccumulator::max_value() const { return n == 0 || nan ? kNaN : max; }
-double StatsAccumulator::mean_value() const { return n == 0 ? kNaN : base + mean; }
+double StatsAccumulator::min_value() const {
+  return n == 0 || nan ? kNaN : min;
+}
+double StatsAccumulator::max_value() const {
+  return n == 0 || nan ? kNaN : max;
+}
+double StatsAccumulator::mean_value() const {
+  return n == 0 ? kNaN : base + mean;
+}
 double StatsAccumulator::std_value() const {
   if (n < 2 || nan) return kNaN;
   if (pos_inf || neg_inf) return kNaN;
   return std::sqrt(std::max(0.0, m2) / static_cast<double>(n - 1));
 }
-double StatsAccumulator::abs_max_value() const { return nan ? kNaN : n == 0 ? 0.0 : abs_max; }
-double StatsAccumulator::l2_norm() const { return nan ? kNaN : std::sqrt(sum_sq); }
+double StatsAccumulator::abs_max_value() const {
+  return nan ? kNaN : n == 0 ? 0.0 : abs_max;
+}
+double StatsAccumulator::l2_norm() const {
+  return nan ? kNaN : std::sqrt(sum_sq);
+}
 
 }  // namespace dcpctl

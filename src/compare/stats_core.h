@@ -41,7 +41,7 @@ struct StatsAccumulator {
   // rounding; first_nonfinite takes the smaller index).
   void merge(const StatsAccumulator& o);
 
-  double min_value() const;   // NaN when any NaN or no element
+  double min_value() const;  // NaN when any NaN or no element
   double max_value() const;
   double mean_value() const;  // NaN when no element
   double std_value() const;   // Bessel; NaN for n < 2

@@ -10,11 +10,13 @@ namespace dcpctl {
 std::vector<std::string> Group::all_gather(const std::string& key, const std::string& value) {
   publish("gather/" + key + "/" + std::to_string(rank()), value);
   std::vector<std::string> all(static_cast<size_t>(size()));
-  for (int r = 0; r < size(); ++r) all[static_cast<size_t>(r)] = r == rank() ? value : fetch("gather/" + key + "/" + std::to_string(r));
+  for (int r = 0; r < size(); ++r)
+    all[static_cast<size_t>(r)] = r == rank() ? value : fetch("gather/" + key + "/" + std::to_string(r));
   return all;
 }
 
-void Group::send_pieces(int dst, uint32_t tag, uint64_t n, const std::function<void(uint64_t, uint8_t*, uint64_t)>& fill) {
+void Group::send_pieces(int dst, uint32_t tag, uint64_t n,
+                        const std::function<void(uint64_t, uint8_t*, uint64_t)>& fill) {
   std::unique_ptr<uint8_t[]> buf(new uint8_t[std::min(n, kPiece) + 1]);
   for (uint64_t at = 0; at < n; at += kPiece) {
     uint64_t len = std::min(kPiece, n - at);
@@ -23,7 +25,8 @@ void Group::send_pieces(int dst, uint32_t tag, uint64_t n, const std::function<v
   }
 }
 
-void Group::recv_pieces(int src, uint32_t tag, uint64_t n, const std::function<void(uint64_t, const uint8_t*, uint64_t)>& take) {
+void Group::recv_pieces(int src, uint32_t tag, uint64_t n,
+                        const std::function<void(uint64_t, const uint8_t*, uint64_t)>& take) {
   std::unique_ptr<uint8_t[]> buf(new uint8_t[std::min(n, kPiece) + 1]);
   for (uint64_t at = 0; at < n; at += kPiece) {
     uint64_t len = std::min(kPiece, n - at);

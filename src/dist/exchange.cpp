@@ -24,13 +24,16 @@ Visibility gather_visibility(Group& group, const Checkpoint& ck) {
   std::vector<std::string> all = group.all_gather("sees", mine);
   for (int r = 0; r < group.size(); ++r) {
     const std::string& s = all[static_cast<size_t>(r)];
-    if (s.size() != nf) throw Error(Where(), "rank " + std::to_string(r) + " lists " + std::to_string(s.size()) + " data files, this rank " + std::to_string(nf));
+    if (s.size() != nf)
+      throw Error(Where(), "rank " + std::to_string(r) + " lists " + std::to_string(s.size()) +
+                               " data files, this rank " + std::to_string(nf));
     for (size_t f = 0; f < nf; ++f) vis.sees[static_cast<size_t>(r)][f] = s[f] == '1';
   }
   return vis;
 }
 
-void gather_raw_items(Group& group, const Visibility& vis, ItemReader& reader, const std::vector<BytesMeta>& items, int to) {
+void gather_raw_items(Group& group, const Visibility& vis, ItemReader& reader, const std::vector<BytesMeta>& items,
+                      int to) {
   const Checkpoint& ck = reader.checkpoint();
   int me = group.rank();
   for (const BytesMeta& b : items) {
@@ -40,14 +43,16 @@ void gather_raw_items(Group& group, const Visibility& vis, ItemReader& reader, c
     for (int r = 0; r < group.size() && from < 0; ++r)
       if (vis.can_read(r, ref.file)) from = r;
     if (from < 0)
-      throw FormatError(Where(ck.path_of(ref.file), ref.offset, b.fqn), "no rank can read this data file (--local-files)");
+      throw FormatError(Where(ck.path_of(ref.file), ref.offset, b.fqn),
+                        "no rank can read this data file (--local-files)");
     if (me == from) {
       ReadFile f(ck.path_of(ref.file));
       group.send_pieces(to, tag::kRawItems, ref.length,
                         [&](uint64_t at, uint8_t* buf, uint64_t n) { f.read_at(ref.offset + at, buf, n, b.fqn); });
     } else if (me == to) {
       auto raw = std::make_shared<MemorySource>();
-      group.recv_pieces(from, tag::kRawItems, ref.length, [&](uint64_t, const uint8_t* buf, uint64_t n) { raw->append(buf, n); });
+      group.recv_pieces(from, tag::kRawItems, ref.length,
+                        [&](uint64_t, const uint8_t* buf, uint64_t n) { raw->append(buf, n); });
       reader.provide(ref, raw);
     }
   }
@@ -75,13 +80,14 @@ void ChunkExchange::start_pushing() {
   for (unsigned l = 0; l < lanes_; ++l) {
     bool any = false;
     for (const Transfer& t : plan_) any = any || (t.lane == l && t.owner == group_.rank() && t.writer != group_.rank());
-    if (any) pushers_.emplace_back([this, l] {
-      try {
-        push_lane(l);
-      } catch (...) {
-        fail(std::current_exception());
-      }
-    });
+    if (any)
+      pushers_.emplace_back([this, l] {
+        try {
+          push_lane(l);
+        } catch (...) {
+          fail(std::current_exception());
+        }
+      });
   }
 }
 
@@ -184,8 +190,8 @@ void ChunkExchange::owner_failed(int owner) {
   size_t nl = why.find('\n');
   int code = nl == std::string::npos ? 1 : std::atoi(why.substr(0, nl).c_str());
   throw_error(static_cast<ExitCode>(code), Where(),
-              "rank " + std::to_string(owner) + " could not read its share: " +
-                  (nl == std::string::npos ? why : why.substr(nl + 1)));
+              "rank " + std::to_string(owner) +
+                  " could not read its share: " + (nl == std::string::npos ? why : why.substr(nl + 1)));
 }
 
 void ChunkExchange::receive(unsigned lane, size_t tensor, size_t chunk, const WindowFn& fn, GateCharge charge) {
@@ -193,8 +199,9 @@ void ChunkExchange::receive(unsigned lane, size_t tensor, size_t chunk, const Wi
   size_t& pos = next_[lane];
   while (pos < plan_.size() && (plan_[pos].writer != me || plan_[pos].lane != lane)) ++pos;
   if (pos == plan_.size() || plan_[pos].tensor != tensor || plan_[pos].chunk != chunk)
-    throw Error(Where("", std::nullopt, md_.tensors[tensor].fqn), "internal: lane " + std::to_string(lane) + " consumed chunk " +
-                                                                     std::to_string(chunk) + " out of plan order");
+    throw Error(
+        Where("", std::nullopt, md_.tensors[tensor].fqn),
+        "internal: lane " + std::to_string(lane) + " consumed chunk " + std::to_string(chunk) + " out of plan order");
   const Transfer tr = plan_[pos++];
   if (!buffers_[lane]) buffers_[lane].reset(new uint8_t[sizeof(Header) + window_]);
   uint8_t* buf = buffers_[lane].get();

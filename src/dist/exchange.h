@@ -17,8 +17,8 @@
 #pragma once
 
 #include <atomic>
-#include <cstring>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -42,13 +42,13 @@ Visibility gather_visibility(Group& group, const Checkpoint& ck);
 // Non-tensor items rank `to` must read but cannot see (--local-files): the lowest rank that sees
 // each item's file sends its raw bytes, and `reader` on rank `to` serves them as if read there.
 // Collective: every rank calls it with the same `refs`.
-void gather_raw_items(Group& group, const Visibility& vis, ItemReader& reader, const std::vector<BytesMeta>& items, int to);
+void gather_raw_items(Group& group, const Visibility& vis, ItemReader& reader, const std::vector<BytesMeta>& items,
+                      int to);
 
 // The writer side is a ChunkSource (item/chunk_source.h): the executor (write/executor.h) reads through
 // it as it reads local chunks, lane by lane in plan order.
 class ChunkExchange final : public ChunkSource {
  public:
-
   // `gate`: this rank's memory budget, which pushers take a whole-chunk decode from when a view
   // turns out not to be contiguous. The decodes of transformed (zstd) chunks this rank pushes are
   // not taken from it: the caller sets them aside up front (plan/memory.h's whole_chunk_need per pushing lane),
@@ -82,7 +82,8 @@ class ChunkExchange final : public ChunkSource {
     receive(lane, index_of(t), chunk, fn, charge);
   }
   void read_into(unsigned lane, const TensorMeta& t, size_t chunk, uint8_t* dst) override {
-    receive(lane, index_of(t), chunk, [dst](const uint8_t* p, uint64_t off, uint64_t n) { std::memcpy(dst + off, p, n); });
+    receive(lane, index_of(t), chunk,
+            [dst](const uint8_t* p, uint64_t off, uint64_t n) { std::memcpy(dst + off, p, n); });
   }
   bool ordered() const override { return true; }
 
@@ -109,7 +110,7 @@ class ChunkExchange final : public ChunkSource {
   std::vector<Transfer> plan_;
   unsigned lanes_;
   uint64_t window_;
-  std::vector<size_t> next_;  // per lane: position in plan_ of the writer's next transfer
+  std::vector<size_t> next_;                         // per lane: position in plan_ of the writer's next transfer
   std::vector<std::unique_ptr<uint8_t[]>> buffers_;  // per lane: the receive window
   std::vector<std::thread> pushers_;
   mutable std::mutex mu_;

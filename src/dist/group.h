@@ -77,11 +77,13 @@ class Group {
   // The receiver calls recv_pieces with the same n and tag; `take(at, buf, len)` gets them.
   static constexpr uint64_t kPiece = 16ull << 20;
   void send_pieces(int dst, uint32_t tag, uint64_t n, const std::function<void(uint64_t, uint8_t*, uint64_t)>& fill);
-  void recv_pieces(int src, uint32_t tag, uint64_t n, const std::function<void(uint64_t, const uint8_t*, uint64_t)>& take);
+  void recv_pieces(int src, uint32_t tag, uint64_t n,
+                   const std::function<void(uint64_t, const uint8_t*, uint64_t)>& take);
 };
 
 enum class Backend { Gloo, Nccl };
 
-std::unique_ptr<Group> connect_group(const LaunchEnv& env, std::chrono::seconds timeout, Backend backend = Backend::Gloo);
+std::unique_ptr<Group> connect_group(const LaunchEnv& env, std::chrono::seconds timeout,
+                                     Backend backend = Backend::Gloo);
 
 }  // namespace dcpctl

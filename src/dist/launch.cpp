@@ -40,7 +40,8 @@ std::optional<LaunchEnv> LaunchEnv::from_environment() {
   if (!addr) throw UsageError(Where(), "WORLD_SIZE > 1 but MASTER_ADDR is not set (launch with torchrun)");
   e.master_addr = *addr;
   e.master_port = env_int("MASTER_PORT", -1);
-  if (e.master_port <= 0 || e.master_port > 65535) throw UsageError(Where(), "WORLD_SIZE > 1 but MASTER_PORT is missing or invalid");
+  if (e.master_port <= 0 || e.master_port > 65535)
+    throw UsageError(Where(), "WORLD_SIZE > 1 but MASTER_PORT is missing or invalid");
   auto agent = env("TORCHELASTIC_USE_AGENT_STORE");
   e.agent_store = agent && (*agent == "True" || *agent == "true" || *agent == "1");
   e.restart_count = env_int("TORCHELASTIC_RESTART_COUNT", 0);

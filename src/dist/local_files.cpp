@@ -8,8 +8,8 @@
 #include "dist/group.h"
 #include "dist/tags.h"
 #include "meta/run_folder.h"
-#include "util/error.h"
 #include "store/file.h"
+#include "util/error.h"
 
 namespace dcpctl {
 namespace {
@@ -36,8 +36,9 @@ Checkpoint open_local_checkpoint(Group& group, std::string dir) {
     if (is_directory(dir) && holds_checkpoint_files(dir)) {
       Checkpoint local = open_checkpoint(dir);
       if (local.layout != CheckpointLayout::Dcp && local.layout != CheckpointLayout::DcpSafetensorsItems)
-        throw UnsupportedError(Where(dir), std::string("--local-files reads DCP checkpoints with a .metadata; this is ") +
-                                               layout_description(local.layout) + ": run without --local-files on a shared filesystem");
+        throw UnsupportedError(
+            Where(dir), std::string("--local-files reads DCP checkpoints with a .metadata; this is ") +
+                            layout_description(local.layout) + ": run without --local-files on a shared filesystem");
     }
     throw UsageError(Where(join_path(dir, ".metadata")), "no rank's checkpoint directory holds .metadata");
   }
@@ -48,14 +49,16 @@ Checkpoint open_local_checkpoint(Group& group, std::string dir) {
     uint64_t n = mf.size();
     for (int r : lacking) {
       group.send(r, tag::kMetadata, &n, sizeof n);
-      group.send_pieces(r, tag::kMetadata, n, [&](uint64_t at, uint8_t* buf, uint64_t len) { std::memcpy(buf, mf.span().data + at, len); });
+      group.send_pieces(r, tag::kMetadata, n,
+                        [&](uint64_t at, uint8_t* buf, uint64_t len) { std::memcpy(buf, mf.span().data + at, len); });
     }
   }
   if (have) return open_checkpoint(dir);
   uint64_t n = 0;
   group.recv(holders.front(), tag::kMetadata, &n, sizeof n);
   std::vector<uint8_t> bytes(n);
-  group.recv_pieces(holders.front(), tag::kMetadata, n, [&](uint64_t at, const uint8_t* buf, uint64_t len) { std::memcpy(bytes.data() + at, buf, len); });
+  group.recv_pieces(holders.front(), tag::kMetadata, n,
+                    [&](uint64_t at, const uint8_t* buf, uint64_t len) { std::memcpy(bytes.data() + at, buf, len); });
   return open_checkpoint(dir, &bytes);
 }
 

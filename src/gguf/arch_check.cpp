@@ -18,7 +18,8 @@ std::string arch_shape_text(const std::vector<int64_t>& s) {
 
 // A key's value as the reader keeps it (gguf/reader.cpp): an integer's decimal text; an
 // array of more than 8 elements "[N type]", of fewer its elements.
-std::optional<int64_t> key_integer(const std::map<std::string, std::string>& values, const std::string& key, bool length) {
+std::optional<int64_t> key_integer(const std::map<std::string, std::string>& values, const std::string& key,
+                                   bool length) {
   auto it = values.find(key);
   if (it == values.end()) return std::nullopt;
   const std::string& v = it->second;
@@ -50,13 +51,15 @@ GgufArchReport check_gguf_arch(const Checkpoint& ck) {
                               std::to_string(ck.md.tensors.size()) + " tensors can hold (llama.cpp: missing tensor)"});
     return r;
   }
-  auto table = gguf::expected_tensors(arch, [&](const std::string& key) {
-    return key_integer(ck.values, key, key == "tokenizer.ggml.tokens");
-  });
+  auto table = gguf::expected_tensors(
+      arch, [&](const std::string& key) { return key_integer(ck.values, key, key == "tokenizer.ggml.tokens"); });
   if (!table) {
-    r.notes.push_back({"gguf-arch-not-checked", Where(first, std::nullopt, "general.architecture"),
-                       "architecture '" + arch + "': its tensors are not checked against a table (dcpctl has llama's, qwen2's, qwen3's, "
-                       "qwen3moe's, deepseek2's, glm4moe's, gpt-oss's, gemma2's, gemma3's, phi3's, granite's, olmo2's, starcoder2's, command-r's, falcon's, mistral3's and mpt's; llama.cpp has many more)"});
+    r.notes.push_back(
+        {"gguf-arch-not-checked", Where(first, std::nullopt, "general.architecture"),
+         "architecture '" + arch +
+             "': its tensors are not checked against a table (dcpctl has llama's, qwen2's, qwen3's, "
+             "qwen3moe's, deepseek2's, glm4moe's, gpt-oss's, gemma2's, gemma3's, phi3's, granite's, olmo2's, "
+             "starcoder2's, command-r's, falcon's, mistral3's and mpt's; llama.cpp has many more)"});
     return r;
   }
   std::map<std::string, const gguf::ExpectedTensor*> by_name;
@@ -69,7 +72,8 @@ GgufArchReport check_gguf_arch(const Checkpoint& ck) {
     auto it = by_name.find(t.fqn);
     if (it == by_name.end()) {
       r.problems.push_back({"gguf-tensor-unexpected", where,
-                            "'" + t.fqn + "' is not a tensor of llama.cpp's " + arch + " with these keys (llama.cpp: wrong number of tensors)"});
+                            "'" + t.fqn + "' is not a tensor of llama.cpp's " + arch +
+                                " with these keys (llama.cpp: wrong number of tensors)"});
       continue;
     }
     const std::vector<int64_t>& want = it->second->shape;
@@ -77,14 +81,14 @@ GgufArchReport check_gguf_arch(const Checkpoint& ck) {
     for (size_t d = 0; same && d < want.size(); ++d) same = want[d] < 0 || want[d] == t.shape[d];
     if (!same)
       r.problems.push_back({"gguf-shape-mismatch", where,
-                            "'" + t.fqn + "' is " + arch_shape_text(t.shape) + "; the keys of " + arch + " give " + arch_shape_text(want) +
-                                " (llama.cpp: tensor has wrong shape)"});
+                            "'" + t.fqn + "' is " + arch_shape_text(t.shape) + "; the keys of " + arch + " give " +
+                                arch_shape_text(want) + " (llama.cpp: tensor has wrong shape)"});
   }
   for (const auto& e : *table)
     if (e.required && !present.count(e.name) && (e.unless.empty() || !present.count(e.unless)))
       r.problems.push_back({"gguf-tensor-missing", Where(first, std::nullopt, e.name),
-                            "'" + e.name + "' of shape " + arch_shape_text(e.shape) + " is not in the file; llama.cpp's " + arch +
-                                " needs it (missing tensor)"});
+                            "'" + e.name + "' of shape " + arch_shape_text(e.shape) +
+                                " is not in the file; llama.cpp's " + arch + " needs it (missing tensor)"});
   return r;
 }
 

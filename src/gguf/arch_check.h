@@ -1,8 +1,9 @@
 // verify of a GGUF file (or a split's shards read as one: gguf/reader.cpp) against what
 // llama.cpp's loader asks of its architecture (gguf/model.h's expected_tensors, for the
-// architectures dcpctl writes: llama, qwen2, qwen3, qwen3moe, deepseek2, glm4moe, gpt-oss, gemma2, gemma3, phi3, granite, olmo2, starcoder2, command-r, falcon, mistral3, mpt), from the file's own keys
-// (block_count, embedding_length, feed_forward_length, head counts, key/value lengths, expert
-// counts and lengths, the vocabulary's size):
+// architectures dcpctl writes: llama, qwen2, qwen3, qwen3moe, deepseek2, glm4moe, gpt-oss, gemma2, gemma3, phi3,
+// granite, olmo2, starcoder2, command-r, falcon, mistral3, mpt), from the file's own keys (block_count,
+// embedding_length, feed_forward_length, head counts, key/value lengths, expert counts and lengths, the vocabulary's
+// size):
 //   gguf-tensor-unexpected  a tensor the architecture does not have (llama.cpp: "wrong number of
 //                           tensors"), or a layer's past block_count;
 //   gguf-tensor-missing     a tensor it needs (llama.cpp: "missing tensor");

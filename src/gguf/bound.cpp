@@ -10,11 +10,29 @@ namespace dcpctl::gguf {
 
 namespace bound_impl {
 
-enum : uint32_t { F32 = 0, F16 = 1, Q4_0 = 2, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q4_K = 12, Q5_K = 13, Q6_K = 14, BF16 = 30 };
+enum : uint32_t {
+  F32 = 0,
+  F16 = 1,
+  Q4_0 = 2,
+  Q5_0 = 6,
+  Q5_1 = 7,
+  Q8_0 = 8,
+  Q4_K = 12,
+  Q5_K = 13,
+  Q6_K = 14,
+  BF16 = 30
+};
 
-uint16_t u16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
-uint32_t u32(const uint8_t* p) { return static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) | (static_cast<uint32_t>(p[2]) << 16) | (static_cast<uint32_t>(p[3]) << 24); }
-float h(const uint8_t* p) { return f16_to_f32(u16(p)); }
+uint16_t u16(const uint8_t* p) {
+  return static_cast<uint16_t>(p[0] | (p[1] << 8));
+}
+uint32_t u32(const uint8_t* p) {
+  return static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) | (static_cast<uint32_t>(p[2]) << 16) |
+         (static_cast<uint32_t>(p[3]) << 24);
+}
+float h(const uint8_t* p) {
+  return f16_to_f32(u16(p));
+}
 
 // Half an ULP of a float with `bits` significand bits at |v| (at least `least`).
 double half_ulp(double v, int bits, double least) {
@@ -25,8 +43,12 @@ double half_ulp(double v, int bits, double least) {
   return std::max(std::ldexp(1.0, e - 1 - bits), least);
 }
 // Half an ULP of float16 at v: what rounding a float32 to it moves it by (2^-25 among the subnormals).
-double h16(double v) { return half_ulp(v, 11, 0x1p-25); }
-double eps(double x, double dq, double more = 0) { return 0x1p-20 * (std::fabs(x) + std::fabs(dq) + more) + 0x1p-140; }
+double h16(double v) {
+  return half_ulp(v, 11, 0x1p-25);
+}
+double eps(double x, double dq, double more = 0) {
+  return 0x1p-20 * (std::fabs(x) + std::fabs(dq) + more) + 0x1p-140;
+}
 
 // One element: dq within `limit` of x, or beyond (recorded).
 inline void check(DiffAccumulator& acc, uint64_t index, double x, double dq, double limit) {
@@ -42,8 +64,8 @@ inline void check(DiffAccumulator& acc, uint64_t index, double x, double dq, dou
 // its ends (dq = step * q - offset, q in [qlo, qhi]); `fit` the room of an element the grid does not
 // reach, computed from the source (make_qkx2_quants' or make_qx_quants' first candidate), `scales`
 // what the stored scales move the fit by.
-void check_sub_block(DiffAccumulator& acc, uint64_t start, const float* x, const float* dq, int n, double step, double offset, int qlo,
-                     int qhi, bool qx, double scales) {
+void check_sub_block(DiffAccumulator& acc, uint64_t start, const float* x, const float* dq, int n, double step,
+                     double offset, int qlo, int qhi, bool qx, double scales) {
   double sum_w = 0, sum_x2 = 0, mx = x[0], mn = x[0], amax = 0;
   for (int i = 0; i < n; ++i) {
     sum_x2 += static_cast<double>(x[i]) * x[i];
@@ -52,7 +74,8 @@ void check_sub_block(DiffAccumulator& acc, uint64_t start, const float* x, const
     amax = std::max(amax, std::fabs(static_cast<double>(x[i])));
   }
   const double av_x = std::sqrt(sum_x2 / n);
-  for (int i = 0; i < n; ++i) sum_w += qx ? static_cast<double>(x[i]) * x[i] : av_x + std::fabs(static_cast<double>(x[i]));
+  for (int i = 0; i < n; ++i)
+    sum_w += qx ? static_cast<double>(x[i]) * x[i] : av_x + std::fabs(static_cast<double>(x[i]));
   // The first candidate's error per element: half a step of the block's range (Q4_K, Q5_K), or a
   // step of its extreme (Q6_K, whose opposite code saturates).
   const double first = qx ? amax / 32 : (mx - std::min(mn, 0.0)) / qhi / 2;
@@ -141,8 +164,10 @@ void decode_block(uint32_t type, const uint8_t* p, float* y, double* step = null
         scale_min_k4(2 * j + 1, scales, sc, m);
         const float d2 = d * sc, m2 = dmin * m;
         const int u1 = 1 << (2 * j), u2 = 2 << (2 * j);
-        for (int l = 0; l < 32; ++l) y[64 * j + l] = d1 * ((ql[32 * j + l] & 0xF) + (five && (qh[l] & u1) ? 16 : 0)) - m1;
-        for (int l = 0; l < 32; ++l) y[64 * j + 32 + l] = d2 * ((ql[32 * j + l] >> 4) + (five && (qh[l] & u2) ? 16 : 0)) - m2;
+        for (int l = 0; l < 32; ++l)
+          y[64 * j + l] = d1 * ((ql[32 * j + l] & 0xF) + (five && (qh[l] & u1) ? 16 : 0)) - m1;
+        for (int l = 0; l < 32; ++l)
+          y[64 * j + 32 + l] = d2 * ((ql[32 * j + l] >> 4) + (five && (qh[l] & u2) ? 16 : 0)) - m2;
         if (step) step[2 * j] = d1, step[2 * j + 1] = d2, offset[2 * j] = m1, offset[2 * j + 1] = m2;
       }
       return;
@@ -176,15 +201,25 @@ void decode_block(uint32_t type, const uint8_t* p, float* y, double* step = null
 
 uint64_t block_bytes(uint32_t type) {
   switch (type) {
-    case F32: return 4;
-    case F16: case BF16: return 2;
-    case Q8_0: return 34;
-    case Q4_0: return 18;
-    case Q5_0: return 22;
-    case Q5_1: return 24;
-    case Q4_K: return 144;
-    case Q5_K: return 176;
-    case Q6_K: return 210;
+    case F32:
+      return 4;
+    case F16:
+    case BF16:
+      return 2;
+    case Q8_0:
+      return 34;
+    case Q4_0:
+      return 18;
+    case Q5_0:
+      return 22;
+    case Q5_1:
+      return 24;
+    case Q4_K:
+      return 144;
+    case Q5_K:
+      return 176;
+    case Q6_K:
+      return 210;
   }
   return 0;
 }
@@ -193,9 +228,9 @@ uint64_t block_bytes(uint32_t type) {
 
 std::optional<uint32_t> decoded_type(const std::string& n) {
   using namespace bound_impl;
-  static const std::pair<const char*, uint32_t> names[] = {{"float32", F32}, {"float16", F16}, {"bfloat16", BF16}, {"Q8_0", Q8_0},
-                                                           {"Q4_0", Q4_0},   {"Q5_0", Q5_0},   {"Q5_1", Q5_1},     {"Q4_K", Q4_K},
-                                                           {"Q5_K", Q5_K},   {"Q6_K", Q6_K}};
+  static const std::pair<const char*, uint32_t> names[] = {
+      {"float32", F32}, {"float16", F16}, {"bfloat16", BF16}, {"Q8_0", Q8_0}, {"Q4_0", Q4_0},
+      {"Q5_0", Q5_0},   {"Q5_1", Q5_1},   {"Q4_K", Q4_K},     {"Q5_K", Q5_K}, {"Q6_K", Q6_K}};
   for (const auto& [name, id] : names)
     if (n == name) return id;
   return std::nullopt;
@@ -204,16 +239,26 @@ std::optional<uint32_t> decoded_type(const std::string& n) {
 const char* bound_name(uint32_t type) {
   using namespace bound_impl;
   switch (type) {
-    case F32: return "F32";
-    case F16: return "F16";
-    case BF16: return "BF16";
-    case Q8_0: return "Q8_0";
-    case Q4_0: return "Q4_0";
-    case Q5_0: return "Q5_0";
-    case Q5_1: return "Q5_1";
-    case Q4_K: return "Q4_K";
-    case Q5_K: return "Q5_K";
-    case Q6_K: return "Q6_K";
+    case F32:
+      return "F32";
+    case F16:
+      return "F16";
+    case BF16:
+      return "BF16";
+    case Q8_0:
+      return "Q8_0";
+    case Q4_0:
+      return "Q4_0";
+    case Q5_0:
+      return "Q5_0";
+    case Q5_1:
+      return "Q5_1";
+    case Q4_K:
+      return "Q4_K";
+    case Q5_K:
+      return "Q5_K";
+    case Q6_K:
+      return "Q6_K";
   }
   return "?";
 }
@@ -221,16 +266,23 @@ const char* bound_name(uint32_t type) {
 const char* bound_rule(uint32_t type) {
   using namespace bound_impl;
   switch (type) {
-    case F32: return "bit for bit";
-    case F16: return "half an ULP of float16 (any round to nearest)";
-    case BF16: return "half an ULP of bfloat16 (any round to nearest)";
-    case Q8_0: return "half a step of the block's fp16 scale, and its rounding per code";
+    case F32:
+      return "bit for bit";
+    case F16:
+      return "half an ULP of float16 (any round to nearest)";
+    case BF16:
+      return "half an ULP of bfloat16 (any round to nearest)";
+    case Q8_0:
+      return "half a step of the block's fp16 scale, and its rounding per code";
     case Q4_0:
-    case Q5_0: return "half a step of the block's fp16 scale (a step at the saturating top code), and its rounding per code";
-    case Q5_1: return "half a step of the block's fp16 scale, and the rounding of its scale and min";
+    case Q5_0:
+      return "half a step of the block's fp16 scale (a step at the saturating top code), and its rounding per code";
+    case Q5_1:
+      return "half a step of the block's fp16 scale, and the rounding of its scale and min";
     case Q4_K:
     case Q5_K:
-    case Q6_K: return "the nearest point of the sub-block's stored grid; beyond its ends, the reference fit's room";
+    case Q6_K:
+      return "the nearest point of the sub-block's stored grid; beyond its ends, the reference fit's room";
   }
   return "?";
 }
@@ -238,8 +290,15 @@ const char* bound_rule(uint32_t type) {
 uint64_t bound_block(uint32_t type) {
   using namespace bound_impl;
   switch (type) {
-    case Q8_0: case Q4_0: case Q5_0: case Q5_1: return 32;
-    case Q4_K: case Q5_K: case Q6_K: return 256;
+    case Q8_0:
+    case Q4_0:
+    case Q5_0:
+    case Q5_1:
+      return 32;
+    case Q4_K:
+    case Q5_K:
+    case Q6_K:
+      return 256;
   }
   return 1;
 }
@@ -253,14 +312,16 @@ void decode_gguf(uint32_t type, const uint8_t* data, uint64_t n, float* out) {
   using namespace bound_impl;
   if (type == F32) return std::memcpy(out, data, n * 4), void();
   if (type == F16 || type == BF16) {
-    for (uint64_t i = 0; i < n; ++i) out[i] = type == F16 ? f16_to_f32(u16(data + 2 * i)) : bf16_to_f32(u16(data + 2 * i));
+    for (uint64_t i = 0; i < n; ++i)
+      out[i] = type == F16 ? f16_to_f32(u16(data + 2 * i)) : bf16_to_f32(u16(data + 2 * i));
     return;
   }
   const uint64_t bs = bound_block(type), bb = block_bytes(type);
   for (uint64_t b = 0; b < n / bs; ++b) decode_block(type, data + b * bb, out + b * bs);
 }
 
-void compare_gguf(uint32_t type, const uint8_t* data, const float* x, uint64_t n, uint64_t start, DiffAccumulator& acc) {
+void compare_gguf(uint32_t type, const uint8_t* data, const float* x, uint64_t n, uint64_t start,
+                  DiffAccumulator& acc) {
   using namespace bound_impl;
   if (type == F32) {
     for (uint64_t i = 0; i < n; ++i) {
@@ -325,7 +386,8 @@ void compare_gguf(uint32_t type, const uint8_t* data, const float* x, uint64_t n
       case Q6_K: {
         const double d = h(p + 208), hd = h16(d);
         const double scales = 32 * (std::fabs(d) + 128 * hd);
-        for (int j = 0; j < 16; ++j) check_sub_block(acc, at + 16 * j, xb + 16 * j, y + 16 * j, 16, step[j], 0, -32, 31, true, scales);
+        for (int j = 0; j < 16; ++j)
+          check_sub_block(acc, at + 16 * j, xb + 16 * j, y + 16 * j, 16, step[j], 0, -32, 31, true, scales);
         break;
       }
     }

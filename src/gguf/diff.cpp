@@ -3,8 +3,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -12,13 +12,13 @@
 #include <sstream>
 
 #include "gguf/bound.h"
+#include "gguf/model.h"
+#include "gguf/rows.h"
 #include "item/window.h"
 #include "util/elements.h"
 #include "util/numeric.h"
 #include "util/parallel.h"
 #include "write/assets.h"
-#include "gguf/model.h"
-#include "gguf/rows.h"
 
 namespace dcpctl {
 
@@ -44,8 +44,9 @@ json read_config(const Input& source, const std::string& assets_from) {
     if (j.is_discarded() || !j.is_object()) throw FormatError(Where(a.source), "not a JSON object");
     return j;
   }
-  throw UsageError(Where(source.path), "comparing with a GGUF needs the model's config.json (its architecture, head counts and experts), "
-                                       "beside the source or in --assets DIR; none was found");
+  throw UsageError(Where(source.path),
+                   "comparing with a GGUF needs the model's config.json (its architecture, head counts and experts), "
+                   "beside the source or in --assets DIR; none was found");
 }
 
 // Bytes [0, t.nbytes()) of a tensor of the source (a key map's output assembled from its parts) or
@@ -83,7 +84,8 @@ uint64_t numel_of(const std::vector<int64_t>& shape) {
 
 // compare_gguf over `threads` ranges of whole blocks at once, merged. util/parallel.h's workers:
 // an exception of one range (compare_gguf's refusals) reaches the caller, as a serial run's would.
-void compare_parallel(uint32_t type, const uint8_t* data, const float* x, uint64_t n, unsigned threads, DiffAccumulator& acc) {
+void compare_parallel(uint32_t type, const uint8_t* data, const float* x, uint64_t n, unsigned threads,
+                      DiffAccumulator& acc) {
   const uint64_t block = gguf::bound_block(type), blocks = n / block;
   const uint64_t bytes_per_block = blocks ? static_cast<uint64_t>(gguf::tensor_bytes_of(type, block)) : 0;
   const uint64_t per = (blocks + threads - 1) / threads;
@@ -99,7 +101,9 @@ void compare_parallel(uint32_t type, const uint8_t* data, const float* x, uint64
 
 }  // namespace gguf_diff_impl
 
-bool is_gguf(const Input& in) { return in.ck.layout == CheckpointLayout::Gguf; }
+bool is_gguf(const Input& in) {
+  return in.ck.layout == CheckpointLayout::Gguf;
+}
 
 DiffResult diff_gguf(Input& source, Input& file, const DiffOptions& o, bool file_is_a) {
   using nlohmann::json;
@@ -133,8 +137,9 @@ DiffResult diff_gguf(Input& source, Input& file, const DiffOptions& o, bool file
   for (size_t i : order) {
     const TensorMeta& t = input_tensor(source, *tensors[i]);
     if (!t.dtype || !info(*t.dtype).floating || *t.dtype == DType::Float4_E2M1FN_X2)
-      throw UnsupportedError(Where(where, std::nullopt, tensors[i]->key),
-                             "'" + tensors[i]->key + "' is " + t.dtype_name + ": a GGUF holds floating tensors, compared as float32");
+      throw UnsupportedError(
+          Where(where, std::nullopt, tensors[i]->key),
+          "'" + tensors[i]->key + "' is " + t.dtype_name + ": a GGUF holds floating tensors, compared as float32");
     inputs.push_back({tensors[i]->key, t.shape});
     metas.push_back(&t);
   }
@@ -196,8 +201,9 @@ DiffResult diff_gguf(Input& source, Input& file, const DiffOptions& o, bool file
       } else {
         std::optional<uint32_t> type = gguf::decoded_type(ft.dtype_name);
         if (!type)
-          throw UnsupportedError(Where(file.path, std::nullopt, ft.fqn), "'" + ft.fqn + "' is " + ft.dtype_name +
-                                                                           ": diff decodes F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K");
+          throw UnsupportedError(Where(file.path, std::nullopt, ft.fqn),
+                                 "'" + ft.fqn + "' is " + ft.dtype_name +
+                                     ": diff decodes F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K");
         k.module_bound = KeyDiff::ModuleBound{"gguf", gguf::bound_name(*type), gguf::bound_rule(*type)};
         k.compared = true;
         jobs.push_back({r.keys.size(), p, it->second, *type});
@@ -266,11 +272,12 @@ DiffResult diff_gguf(Input& source, Input& file, const DiffOptions& o, bool file
     const TensorMeta& ft = file.ck.md.tensors[job.file];
     const uint64_t n = numel_of(tp.shape);
     uint64_t need = 4 * n + ft.storage.at(0).length, most = 0;
-    for (size_t in : tp.inputs) most = std::max(most, 2 * metas[in]->nbytes() + 8 * static_cast<uint64_t>(metas[in]->numel()));
+    for (size_t in : tp.inputs)
+      most = std::max(most, 2 * metas[in]->nbytes() + 8 * static_cast<uint64_t>(metas[in]->numel()));
     if (need + most > o.max_memory)
-      throw UnsupportedError(Where(file.path, std::nullopt, tp.name), "a GGUF tensor is compared whole: '" + tp.name + "' needs " +
-                                                                          std::to_string(need + most) + " bytes, more than --max-memory's " +
-                                                                          std::to_string(o.max_memory));
+      throw UnsupportedError(Where(file.path, std::nullopt, tp.name),
+                             "a GGUF tensor is compared whole: '" + tp.name + "' needs " + std::to_string(need + most) +
+                                 " bytes, more than --max-memory's " + std::to_string(o.max_memory));
     std::vector<float> x;
     if (tp.inputs.empty()) x = tp.values;
     for (size_t in : tp.inputs) {
@@ -280,8 +287,10 @@ DiffResult diff_gguf(Input& source, Input& file, const DiffOptions& o, bool file
       read_whole(source, t, raw.data());
       const size_t at = x.size();
       x.resize(at + m);
-      if (*t.dtype != DType::Float32) cast_elements(*t.dtype, DType::Float32, raw.data(), reinterpret_cast<uint8_t*>(x.data() + at), m);
-      else std::memcpy(x.data() + at, raw.data(), m * 4);
+      if (*t.dtype != DType::Float32)
+        cast_elements(*t.dtype, DType::Float32, raw.data(), reinterpret_cast<uint8_t*>(x.data() + at), m);
+      else
+        std::memcpy(x.data() + at, raw.data(), m * 4);
       if (tp.shift != 0) {  // Gemma's norms, as the writer shifts them (gguf/rows.h)
         std::vector<float> part(x.begin() + static_cast<std::ptrdiff_t>(at), x.end());
         for (float& v : part) v += tp.shift;
@@ -290,14 +299,18 @@ DiffResult diff_gguf(Input& source, Input& file, const DiffOptions& o, bool file
       }
       if (tp.permute_heads > 0) {
         const int64_t rows = t.shape[0], cols = rows ? static_cast<int64_t>(m) / rows : 0;
-        std::vector<uint8_t> permuted = gguf::permute_rows(reinterpret_cast<const uint8_t*>(x.data() + at), rows, cols, 4, tp.permute_heads);
+        std::vector<uint8_t> permuted =
+            gguf::permute_rows(reinterpret_cast<const uint8_t*>(x.data() + at), rows, cols, 4, tp.permute_heads);
         std::memcpy(x.data() + at, permuted.data(), permuted.size());
       }
     }
     if (tp.gate_up || tp.transpose) x = gguf::fused_part(tp, x.data(), metas[tp.inputs[0]]->shape);
     if (tp.kv_b) x = gguf::kv_b_part(tp, x.data(), metas[tp.inputs[0]]->shape[1]);
-    if (tp.qkv_groups) x = gguf::falcon_qkv_part(tp, x.data(), metas[tp.inputs[0]]->shape[0], metas[tp.inputs[0]]->shape[1]);
-    if (x.size() != n) throw std::logic_error("gguf diff: '" + tp.name + "' planned as " + std::to_string(n) + " elements, made " + std::to_string(x.size()));
+    if (tp.qkv_groups)
+      x = gguf::falcon_qkv_part(tp, x.data(), metas[tp.inputs[0]]->shape[0], metas[tp.inputs[0]]->shape[1]);
+    if (x.size() != n)
+      throw std::logic_error("gguf diff: '" + tp.name + "' planned as " + std::to_string(n) + " elements, made " +
+                             std::to_string(x.size()));
     std::vector<uint8_t> stored = read_stored(file, ft);
     compare_parallel(job.type, stored.data(), x.data(), n, std::max(1u, o.threads), k.acc);
     if (k.acc.differ) found = true;
@@ -305,7 +318,8 @@ DiffResult diff_gguf(Input& source, Input& file, const DiffOptions& o, bool file
     if (o.progress) o.progress(done, total);
   }
   for (auto& k : r.keys) {
-    if (k.compared) k.status = k.acc.differ ? DiffStatus::ValuesChanged : !k.b_key.empty() ? DiffStatus::Tied : DiffStatus::Identical;
+    if (k.compared)
+      k.status = k.acc.differ ? DiffStatus::ValuesChanged : !k.b_key.empty() ? DiffStatus::Tied : DiffStatus::Identical;
     if (k.status != DiffStatus::Identical && k.status != DiffStatus::Tied) r.same = false;
   }
   if (found) r.same = false;
@@ -313,16 +327,23 @@ DiffResult diff_gguf(Input& source, Input& file, const DiffOptions& o, bool file
     for (auto& k : r.keys) {
       std::swap(k.a, k.b);
       std::swap(k.value_a, k.value_b);
-      if (k.status == DiffStatus::OnlyInA) k.status = DiffStatus::OnlyInB;
-      else if (k.status == DiffStatus::OnlyInB) k.status = DiffStatus::OnlyInA;
+      if (k.status == DiffStatus::OnlyInA)
+        k.status = DiffStatus::OnlyInB;
+      else if (k.status == DiffStatus::OnlyInB)
+        k.status = DiffStatus::OnlyInA;
     }
   auto rank = [](const KeyDiff& k) {
     switch (k.status) {
-      case DiffStatus::ValuesChanged: return 0;
-      case DiffStatus::ShapeChanged: return 1;
-      case DiffStatus::OnlyInA: return 2;
-      case DiffStatus::OnlyInB: return 3;
-      default: return 4;
+      case DiffStatus::ValuesChanged:
+        return 0;
+      case DiffStatus::ShapeChanged:
+        return 1;
+      case DiffStatus::OnlyInA:
+        return 2;
+      case DiffStatus::OnlyInB:
+        return 3;
+      default:
+        return 4;
     }
   };
   std::stable_sort(r.keys.begin(), r.keys.end(), [&](const KeyDiff& x, const KeyDiff& y) {

@@ -9,8 +9,9 @@
 // the first byte: rank 0 creates the file under a temporary name with its header and its space,
 // then converts one GGUF tensor at a time, a window of whole rows of its inputs at a time
 // (gguf/rows.h: a row, a head or an expert per unit, so that memory is a window's, not the
-// tensor's; each window read in its saved dtype, float32, the Llama Q/K row permutation, a layer's experts stacked, DeepSeek's kv_b split, GPT-OSS's fused experts split, or the values the
-// converter computes (rope_freqs); the output type: F32, F16, BF16, Q8_0 or ggml's quantizers) into its place, inside
+// tensor's; each window read in its saved dtype, float32, the Llama Q/K row permutation, a layer's experts stacked,
+// DeepSeek's kv_b split, GPT-OSS's fused experts split, or the values the converter computes (rope_freqs); the output
+// type: F32, F16, BF16, Q8_0 or ggml's quantizers) into its place, inside
 // --max-memory, and renames it. Tensors go in the order of their Hugging Face keys (the converter reads a
 // safetensors file's sorted keys). Low-bit sources (gguf/lowbit.h) as the converter reads them: FP8
 // weights dequantized with their scales in the window's read, NVFP4 (and compressed-tensors'
@@ -29,7 +30,14 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "gguf/format.h"
+#include "gguf/gguf.h"
+#include "gguf/lowbit.h"
+#include "gguf/model.h"
 #include "gguf/rows.h"
+#include "gguf/simd.h"
+#include "gguf/spm.h"
+#include "gguf/tiktoken.h"
 #include "item/chunk_source.h"
 #include "item/item_reader.h"
 #include "meta/derived.h"
@@ -40,13 +48,6 @@
 #include "view/kernels.h"
 #include "write/executor.h"
 #include "write/formats/consolidated.h"
-#include "gguf/format.h"
-#include "gguf/gguf.h"
-#include "gguf/lowbit.h"
-#include "gguf/model.h"
-#include "gguf/simd.h"
-#include "gguf/tiktoken.h"
-#include "gguf/spm.h"
 #include "write/output.h"
 #include "write/run.h"
 
@@ -75,7 +76,9 @@ json parse(const std::string& text, const std::string& path) {
 // out of linear_qkv, the vocabulary's first rows, a permuted q) from the pieces of the saved
 // tensors it is made of that fall in the window: its synthetic TensorMeta has no chunks of its own
 // (read as such it would be zeros).
-bool assembled(const PlannedTensor& pt) { return pt.mapped && !pt.renamed; }
+bool assembled(const PlannedTensor& pt) {
+  return pt.mapped && !pt.renamed;
+}
 
 // Indices [first, first + rows) of the first dimension of a tensor of `shape`, every other
 // dimension whole; the whole tensor for one of no dimension.
@@ -91,7 +94,8 @@ std::vector<Piece> rows_pieces(const Metadata& md, const PlannedTensor& pt, cons
 
 // The window's bytes into `dst`; `scratch` (as many bytes) holds the pieces that are runs of their
 // chunk but not of the window (a chunk split along a later dimension).
-void read_rows(ChunkSource& src, const Metadata& md, const PlannedTensor& pt, int64_t first, int64_t rows, uint8_t* dst, uint8_t* scratch) {
+void read_rows(ChunkSource& src, const Metadata& md, const PlannedTensor& pt, int64_t first, int64_t rows, uint8_t* dst,
+               uint8_t* scratch) {
   const Box box = rows_box(pt.t->shape, first, rows);
   assemble_box(src, *pt.t, box, rows_pieces(md, pt, box), dst, scratch);
 }
@@ -164,7 +168,10 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
 
   void check(const WriteRequest& request) override {
     ConsolidatedWriter::check(request);
-    if (o_.cast) throw UsageError(Where(o_.output), "--dtype does not apply to a GGUF output: --outtype (f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k) says its type");
+    if (o_.cast)
+      throw UsageError(Where(o_.output),
+                       "--dtype does not apply to a GGUF output: --outtype (f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, "
+                       "q6_k) says its type");
     out_ = gguf::out_type(outtype(o_));
     Assets assets = find_assets(request.ck, o_.assets_from, &request.model.config());
     std::string tokenizer_config, jinja;
@@ -186,21 +193,37 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
     const bool phi3_gpt2 = arch_.vocab == gguf::Arch::Vocab::Phi3 && tokenizer_config_.is_object() &&
                            tokenizer_config_.value("tokenizer_class", json()) == "GPT2Tokenizer";
     spm_ = spm_model_ && arch_.vocab != gguf::Arch::Vocab::Gpt2 && !phi3_gpt2;
-    if (!config_.is_null() && !spm_model_ && !phi3_gpt2 && (arch_.vocab == gguf::Arch::Vocab::Spm || arch_.vocab == gguf::Arch::Vocab::Phi3))
-      throw UnsupportedError(Where(o_.output), "a GGUF of " + arch_.name + " needs the model's tokenizer.model (beside the checkpoint, or --assets DIR): "
-                                               "the converter's set_vocab reads SentencePiece's model only (_set_vocab_sentencepiece)");
+    if (!config_.is_null() && !spm_model_ && !phi3_gpt2 &&
+        (arch_.vocab == gguf::Arch::Vocab::Spm || arch_.vocab == gguf::Arch::Vocab::Phi3))
+      throw UnsupportedError(
+          Where(o_.output),
+          "a GGUF of " + arch_.name +
+              " needs the model's tokenizer.model (beside the checkpoint, or --assets DIR): "
+              "the converter's set_vocab reads SentencePiece's model only (_set_vocab_sentencepiece)");
     const bool kimi = !spm_ && tokenizer_.is_null() && tiktoken_ && gguf::is_kimi_tokenizer(tokenizer_config_);
     if (config_.is_null() || (tokenizer_.is_null() && !kimi && !spm_))
-      throw UnsupportedError(Where(o_.output), std::string("a GGUF output needs the model's config.json and tokenizer.json (beside the checkpoint, or --assets DIR); ") +
-                                               (config_.is_null() ? "config.json" : "tokenizer.json") + " was not found" +
-                                               (!config_.is_null() && tiktoken_ ? " (a tiktoken.model is written only as Kimi K2's, tokenizer_config.json's auto_map naming tokenization_kimi.TikTokenTokenizer)" : "") +
-                                               (!config_.is_null() && spm_model_ ? " (a tokenizer.model is read only for the architectures whose converter reads it: llama, granite, qwen2, qwen3, gemma2, gemma3, phi3)" : ""));
+      throw UnsupportedError(Where(o_.output),
+                             std::string("a GGUF output needs the model's config.json and tokenizer.json (beside the "
+                                         "checkpoint, or --assets DIR); ") +
+                                 (config_.is_null() ? "config.json" : "tokenizer.json") + " was not found" +
+                                 (!config_.is_null() && tiktoken_
+                                      ? " (a tiktoken.model is written only as Kimi K2's, tokenizer_config.json's "
+                                        "auto_map naming tokenization_kimi.TikTokenTokenizer)"
+                                      : "") +
+                                 (!config_.is_null() && spm_model_
+                                      ? " (a tokenizer.model is read only for the architectures whose converter reads "
+                                        "it: llama, granite, qwen2, qwen3, gemma2, gemma3, phi3)"
+                                      : ""));
     where_ = where;
     if (!spm_ && arch_.llama_model && gguf::is_llama_hf_tokenizer(tokenizer_))
-      throw UnsupportedError(Where(where_), "a tokenizer.json of a byte-fallback BPE without tokenizer.model: llama.cpp's converter writes it through "
-                                            "transformers (_set_vocab_llama_hf), which dcpctl does not yet; put the model's tokenizer.model beside it");
+      throw UnsupportedError(
+          Where(where_),
+          "a tokenizer.json of a byte-fallback BPE without tokenizer.model: llama.cpp's converter writes it through "
+          "transformers (_set_vocab_llama_hf), which dcpctl does not yet; put the model's tokenizer.model beside it");
     if (kimi && arch_.name != "deepseek2")
-      throw UnsupportedError(Where(where_), "Kimi's tiktoken tokenizer is written into a GGUF of deepseek2 only (the converter's DeepseekV2Model reads it)");
+      throw UnsupportedError(Where(where_),
+                             "Kimi's tiktoken tokenizer is written into a GGUF of deepseek2 only (the converter's "
+                             "DeepseekV2Model reads it)");
   }
 
   std::string set_up(WriteJob& job) override {
@@ -239,7 +262,8 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
   void plan_files(WriteJob& job, json& summary) override {
     const WritePlan& plan = job.plan;
     if (job.group)
-      throw UnsupportedError(Where(o_.output), "a GGUF output is written by one process: run consolidate without torchrun");
+      throw UnsupportedError(Where(o_.output),
+                             "a GGUF output is written by one process: run consolidate without torchrun");
     order_.resize(plan.tensors.size());
     std::iota(order_.begin(), order_.end(), size_t{0});
     std::vector<std::string> keys;
@@ -265,7 +289,9 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
     std::map<size_t, gguf::Input> packed_inputs;
     for (const auto& [w, n] : low.fp4) {
       const PlannedTensor& pt = plan.tensors[order_[w]];
-      gguf::Input in{pt.key, {pt.t->shape.at(0), pt.t->shape.at(1) * 2}, n.mxfp4 ? gguf::TensorType::MXFP4 : gguf::TensorType::NVFP4};
+      gguf::Input in{pt.key,
+                     {pt.t->shape.at(0), pt.t->shape.at(1) * 2},
+                     n.mxfp4 ? gguf::TensorType::MXFP4 : gguf::TensorType::NVFP4};
       const std::string tail = ".weight_packed";
       if (in.key.size() > tail.size() && in.key.compare(in.key.size() - tail.size(), tail.size(), tail) == 0)
         in.key = in.key.substr(0, in.key.size() - tail.size()) + ".weight";
@@ -286,22 +312,27 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
       const PlannedTensor& pt = plan.tensors[i];
       if (auto n = packed_inputs.find(i); n != packed_inputs.end()) {
         if (assembled(pt) || assembled(plan.tensors[packed_.at(i)]))
-          throw UnsupportedError(Where(where_, std::nullopt, pt.key), "'" + pt.key + "' is packed FP4 made by a key map: its bytes are not passed into a GGUF");
+          throw UnsupportedError(
+              Where(where_, std::nullopt, pt.key),
+              "'" + pt.key + "' is packed FP4 made by a key map: its bytes are not passed into a GGUF");
         inputs.push_back(n->second);
         continue;
       }
-      const bool mxfp4 = pt.key.size() > 7 && (pt.key.compare(pt.key.size() - 7, 7, "_blocks") == 0 || pt.key.compare(pt.key.size() - 7, 7, "_scales") == 0);
+      const bool mxfp4 = pt.key.size() > 7 && (pt.key.compare(pt.key.size() - 7, 7, "_blocks") == 0 ||
+                                               pt.key.compare(pt.key.size() - 7, 7, "_scales") == 0);
       // GPT-OSS's MXFP4 experts are copied as bytes (gguf::mxfp4_repack): uint8 blocks and scales
       // only, as the converter's repack_mxfp4 asserts.
       if (mxfp4 && arch_.experts == gguf::Arch::Experts::GptOss && pt.src != DType::UInt8)
-        throw UnsupportedError(Where(where_, std::nullopt, pt.key), "'" + pt.key + "' is " + torch_name(pt.src) +
-                                                                   ": the converter repacks MXFP4 blocks and scales of uint8 only");
+        throw UnsupportedError(Where(where_, std::nullopt, pt.key),
+                               "'" + pt.key + "' is " + torch_name(pt.src) +
+                                   ": the converter repacks MXFP4 blocks and scales of uint8 only");
       if (mxfp4 && arch_.experts == gguf::Arch::Experts::GptOss) {
         inputs.push_back({pt.key, pt.t->shape});
         continue;
       }
       if (!info(pt.src).floating || pt.src == DType::Float4_E2M1FN_X2)
-        throw UnsupportedError(Where(where_, std::nullopt, pt.key), "'" + pt.key + "' is " + torch_name(pt.src) + ": a GGUF output holds floating tensors");
+        throw UnsupportedError(Where(where_, std::nullopt, pt.key),
+                               "'" + pt.key + "' is " + torch_name(pt.src) + ": a GGUF output holds floating tensors");
       inputs.push_back({pt.key, pt.t->shape});
     }
     plans_ = gguf::plan_tensors(arch_, config_, inputs, out_, where_);
@@ -321,11 +352,12 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
     if (most > plan.budget)
       throw UnsupportedError(Where(o_.output, std::nullopt, plans_[neediest].name),
                              "a GGUF tensor is converted a window of whole " + unit_name(plans_[neediest]) +
-                                 " at a time: its smallest window needs " + std::to_string(most) + " bytes, more than --max-memory's " +
-                                 std::to_string(plan.budget));
+                                 " at a time: its smallest window needs " + std::to_string(most) +
+                                 " bytes, more than --max-memory's " + std::to_string(plan.budget));
     // What the windows hold, as sized within that budget: the most any tensor's takes.
     uint64_t held = 0;
-    for (const gguf::TensorPlan& tp : plans_) held = std::max(held, window_need(plan, tp, derived, window_units(plan, tp, derived)));
+    for (const gguf::TensorPlan& tp : plans_)
+      held = std::max(held, window_need(plan, tp, derived, window_units(plan, tp, derived)));
     job.plan.largest_need = held;
     for (size_t r = 0; r < job.deal.memory.size(); ++r) {  // what --dry-run --json says each process holds
       job.deal.memory[r].buffers = r < job.deal.writes.size() && job.deal.writes[r] ? held : 0;
@@ -343,7 +375,8 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
                                 split_size.empty() ? 0 : gguf::split_size(split_size));
     const size_t shards = shard_.empty() ? 1 : shard_.back() + 1;
     std::vector<gguf::Header> h(shards);
-    gguf::add_model_keys(h[0], arch_, config_, gguf::id_to_title(stem(o_.output)), gguf::size_label(plans_), out_, where_);
+    gguf::add_model_keys(h[0], arch_, config_, gguf::id_to_title(stem(o_.output)), gguf::size_label(plans_), out_,
+                         where_);
     if (gguf::w4a16_nvfp4_config(config_)) {  // _tag_prec_a4: every NVFP4 tensor, by name
       std::vector<std::string> names;
       for (const gguf::TensorPlan& tp : plans_)
@@ -356,14 +389,16 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
     }
     if (arch_.llama_model) gguf::add_llama_vocab_keys(h[0], config_, tokenizer_config_, where_);
     if (spm_)
-      gguf::add_spm_tokenizer_keys(h[0], config_, *spm_model_, spm_path_, added_tokens_, tokenizer_, tokenizer_config_, jinja_, where_,
-                                   arch_.vocab == gguf::Arch::Vocab::Phi3);
+      gguf::add_spm_tokenizer_keys(h[0], config_, *spm_model_, spm_path_, added_tokens_, tokenizer_, tokenizer_config_,
+                                   jinja_, where_, arch_.vocab == gguf::Arch::Vocab::Phi3);
     else if (tokenizer_.is_null())
       gguf::add_kimi_tokenizer_keys(h[0], config_, *tiktoken_, tokenizer_config_, jinja_, where_);
     else
       gguf::add_tokenizer_keys(h[0], config_, tokenizer_, tokenizer_config_, jinja_, where_, arch_.name);
     if (arch_.no_space_prefix) h[0].add_bool("tokenizer.ggml.add_space_prefix", false);
-    if (shards > 65535) throw UnsupportedError(Where(o_.output), std::to_string(shards) + " shards: split.count is a u16 (at most 65535)");
+    if (shards > 65535)
+      throw UnsupportedError(Where(o_.output),
+                             std::to_string(shards) + " shards: split.count is a u16 (at most 65535)");
     paths_.assign(1, o_.output);
     if (shards > 1) {
       paths_.clear();
@@ -378,14 +413,16 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
         for (const std::string& p : paths_) check_output_path(p, o_.force, job.request.ck.dir);
     }
     offsets_.clear();
-    for (size_t k = 0; k < plans_.size(); ++k) offsets_.push_back(h[shard_[k]].add_tensor(plans_[k].name, plans_[k].shape, plans_[k].type));
+    for (size_t k = 0; k < plans_.size(); ++k)
+      offsets_.push_back(h[shard_[k]].add_tensor(plans_[k].name, plans_[k].shape, plans_[k].type));
     headers_.clear();
     data_bytes_.clear();
     json files = json::array();
     for (size_t f = 0; f < shards; ++f) {
       headers_.push_back(h[f].bytes());
       data_bytes_.push_back(h[f].data_bytes());
-      files.push_back({{"path", paths_[f]}, {"tensors", h[f].tensors()}, {"bytes", headers_[f].size() + data_bytes_[f]}});
+      files.push_back(
+          {{"path", paths_[f]}, {"tensors", h[f].tensors()}, {"bytes", headers_[f].size() + data_bytes_[f]}});
     }
     summary["files"] = files;
     summary["gguf"] = {{"architecture", arch_.name}, {"outtype", outtype(o_)}};
@@ -425,7 +462,8 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
         const PlannedTensor &w = plan.tensors[order_[input]], &sc = plan.tensors[packed_.at(order_[input])];
         const int64_t rows = w.t->shape.at(0), bytes = w.t->shape.at(1), blocks = sc.t->shape.at(1);
         const int64_t step = static_cast<int64_t>(units) * gguf::rows_unit(tp, w.t->shape);
-        std::vector<uint8_t> b(static_cast<size_t>(step * bytes)), s(static_cast<size_t>(step * blocks)), scratch(std::max(b.size(), s.size()));
+        std::vector<uint8_t> b(static_cast<size_t>(step * bytes)), s(static_cast<size_t>(step * blocks)),
+            scratch(std::max(b.size(), s.size()));
         for (int64_t first = 0; first < rows; first += step) {
           const int64_t m = std::min(step, rows - first);
           read_rows(ex.src, md, w, first, m, b.data(), scratch.data());
@@ -441,7 +479,8 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
       }
       if (tp.packed) continue;
       if (tp.mxfp4) {  // GPT-OSS's MXFP4 experts: their bytes repacked, nothing computed, an expert window at a time
-        const PlannedTensor &blocks = plan.tensors[order_[tp.inputs.at(0)]], &scales = plan.tensors[order_[tp.inputs.at(1)]];
+        const PlannedTensor &blocks = plan.tensors[order_[tp.inputs.at(0)]],
+                            &scales = plan.tensors[order_[tp.inputs.at(1)]];
         const int64_t experts = blocks.t->shape.at(0);
         const uint64_t b_per = blocks.t->nbytes() / static_cast<uint64_t>(std::max<int64_t>(experts, 1)),
                        s_per = scales.t->nbytes() / static_cast<uint64_t>(std::max<int64_t>(experts, 1));
@@ -468,7 +507,8 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
   // kept from window to window (a fresh one would fault in its pages each time); the casts and
   // the encoding run on every core (gguf/simd.h's encode_parallel).
   template <class Put>
-  void float_windows(Executor& ex, const WritePlan& plan, const Metadata& md, const gguf::TensorPlan& tp, uint64_t units, Put&& put) const {
+  void float_windows(Executor& ex, const WritePlan& plan, const Metadata& md, const gguf::TensorPlan& tp,
+                     uint64_t units, Put&& put) const {
     const uint64_t row = tp.shape.empty() ? 1 : static_cast<uint64_t>(tp.shape.back());
     std::vector<uint8_t> raw, scratch, enc;
     std::vector<float> f32;
@@ -481,7 +521,8 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
       const int64_t step = static_cast<int64_t>(units) * gguf::rows_unit(tp, shape);
       const size_t item = itemsize(pt.src);
       auto fp8 = fp8_.find(order_[input]);
-      const std::vector<float> scale = fp8 == fp8_.end() ? std::vector<float>() : read_scale(ex.src, md, plan.tensors[fp8->second.scale]);
+      const std::vector<float> scale =
+          fp8 == fp8_.end() ? std::vector<float>() : read_scale(ex.src, md, plan.tensors[fp8->second.scale]);
       for (int64_t first = 0; first < dim0; first += step) {
         const int64_t rows = std::min(step, dim0 - first);
         const uint64_t n = static_cast<uint64_t>(rows) * per_index;
@@ -492,7 +533,8 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
         if (fp8 != fp8_.end()) {  // dequant_simple: float32(weight) * float32(scale), the fp8-block codec's product
           const PlannedTensor& st = plan.tensors[fp8->second.scale];
           const int64_t scale_cols = st.t->shape.size() == 2 ? st.t->shape[1] : 1;
-          dequantize_fp8_blocks(pt.src, raw.data(), rows_box(shape, first, rows), scale.data(), scale_cols, fp8->second.block, f32.data());
+          dequantize_fp8_blocks(pt.src, raw.data(), rows_box(shape, first, rows), scale.data(), scale_cols,
+                                fp8->second.block, f32.data());
         } else if (pt.src != DType::Float32) {
           cast_parallel(pt.src, raw.data(), f32.data(), n, threads);
         } else {
@@ -520,12 +562,15 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
   // scratch (read_rows), float32, a moved copy (gguf/rows.h's moves_rows), the encoded bytes (at
   // most 4, F32); beside them rows_read_extra. MXFP4 experts: the blocks and scales as saved,
   // their scratch, and the repacked bytes (no more than the two).
-  uint64_t window_need(const WritePlan& plan, const gguf::TensorPlan& tp, const DerivedTable* derived, uint64_t units) const {
+  uint64_t window_need(const WritePlan& plan, const gguf::TensorPlan& tp, const DerivedTable* derived,
+                       uint64_t units) const {
     if (tp.inputs.empty()) return 8 * static_cast<uint64_t>(tp.values.size());
     if (tp.packed) {  // the packed rows and their block scales, their scratch, permuted copies and the repacked bytes
       // (a layer's experts: each input alike, one after another)
-      const PlannedTensor &w = plan.tensors[order_[tp.inputs.at(0)]], &sc = plan.tensors[packed_.at(order_[tp.inputs.at(0)])];
-      const uint64_t rows = std::min<uint64_t>(units * static_cast<uint64_t>(gguf::rows_unit(tp, w.t->shape)), static_cast<uint64_t>(w.t->shape.at(0)));
+      const PlannedTensor &w = plan.tensors[order_[tp.inputs.at(0)]],
+                          &sc = plan.tensors[packed_.at(order_[tp.inputs.at(0)])];
+      const uint64_t rows = std::min<uint64_t>(units * static_cast<uint64_t>(gguf::rows_unit(tp, w.t->shape)),
+                                               static_cast<uint64_t>(w.t->shape.at(0)));
       const uint64_t per_row = static_cast<uint64_t>(w.t->shape.at(1) + sc.t->shape.at(1));
       return 4 * rows * per_row + std::max(rows_read_extra(plan, w, derived), rows_read_extra(plan, sc, derived));
     }
@@ -545,13 +590,15 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
       const int64_t dim0 = shape.empty() ? 1 : shape[0];
       if (dim0 == 0) continue;
       const uint64_t per_index = static_cast<uint64_t>(pt.t->numel()) / static_cast<uint64_t>(dim0);
-      const uint64_t rows = std::min<uint64_t>(units * static_cast<uint64_t>(gguf::rows_unit(tp, shape)), static_cast<uint64_t>(dim0));
+      const uint64_t rows =
+          std::min<uint64_t>(units * static_cast<uint64_t>(gguf::rows_unit(tp, shape)), static_cast<uint64_t>(dim0));
       const uint64_t per_elem = 2 * itemsize(pt.src) + 4 + (gguf::moves_rows(tp) ? 4 : 0) + 4;
       // An FP8 weight's whole scale beside it: its saved bytes, their scratch and float32.
       uint64_t scale = 0;
       if (auto f = fp8_.find(order_[input]); f != fp8_.end()) {
         const TensorMeta& st = *plan.tensors[f->second.scale].t;
-        scale = 2 * st.nbytes() + 4 * static_cast<uint64_t>(st.numel()) + rows_read_extra(plan, plan.tensors[f->second.scale], derived);
+        scale = 2 * st.nbytes() + 4 * static_cast<uint64_t>(st.numel()) +
+                rows_read_extra(plan, plan.tensors[f->second.scale], derived);
       }
       most = std::max(most, rows * per_index * per_elem + scale + rows_read_extra(plan, pt, derived));
     }
@@ -561,7 +608,8 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
   // A saved tensor of one float32 value (an NVFP4 weight's per-tensor factor).
   static float read_one(const Checkpoint& ck, const PlannedTensor& pt) {
     if (assembled(pt) || pt.t->numel() != 1 || pt.src != DType::Float32 || pt.t->num_chunks() != 1)
-      throw UnsupportedError(Where(ck.dir, std::nullopt, pt.key), "'" + pt.key + "' is not one saved float32: not read as an NVFP4 per-tensor scale");
+      throw UnsupportedError(Where(ck.dir, std::nullopt, pt.key),
+                             "'" + pt.key + "' is not one saved float32: not read as an NVFP4 per-tensor scale");
     float v = 0;
     ItemReader(ck).read_chunk(*pt.t, 0, &v);
     return v;
@@ -610,18 +658,19 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
   gguf::Arch arch_;
   json config_, tokenizer_, tokenizer_config_;
   std::string jinja_, where_;
-  std::optional<std::string> tiktoken_;  // tiktoken.model (Kimi K2: gguf/tiktoken.h)
+  std::optional<std::string> tiktoken_;   // tiktoken.model (Kimi K2: gguf/tiktoken.h)
   std::optional<std::string> spm_model_;  // tokenizer.model (SentencePiece: gguf/spm.h)
   std::string spm_path_;
-  json added_tokens_;  // added_tokens.json
-  bool spm_ = false;   // the tokenizer written is spm_model_'s
+  json added_tokens_;          // added_tokens.json
+  bool spm_ = false;           // the tokenizer written is spm_model_'s
   std::vector<size_t> order_;  // the inputs (plan.tensors' indices), in the converter's order
   // FP8 weights the converter dequantizes (gguf/lowbit.h), by plan.tensors' index; their scales too.
   std::map<size_t, gguf::Fp8Source> fp8_;
-  std::map<size_t, size_t> packed_;  // NVFP4 / MXFP4 weights passed through: each one's block scale (plan.tensors' indices)
+  std::map<size_t, size_t>
+      packed_;  // NVFP4 / MXFP4 weights passed through: each one's block scale (plan.tensors' indices)
   std::vector<gguf::TensorPlan> plans_;
-  std::vector<uint64_t> offsets_;  // each tensor's, in its shard's data section
-  std::vector<size_t> shard_;      // each tensor's shard
+  std::vector<uint64_t> offsets_;   // each tensor's, in its shard's data section
+  std::vector<size_t> shard_;       // each tensor's shard
   std::vector<std::string> paths_;  // each shard's final path (one: the output's)
   std::vector<std::vector<uint8_t>> headers_;
   std::vector<uint64_t> data_bytes_;
@@ -631,7 +680,8 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
 }  // namespace
 
 namespace {
-constexpr const char* kSplitElsewhere = "--split-max-size and --split-max-tensors go with a GGUF output (-o model.gguf)";
+constexpr const char* kSplitElsewhere =
+    "--split-max-size and --split-max-tensors go with a GGUF output (-o model.gguf)";
 }  // namespace
 
 const Format gguf::output_format = [] {
@@ -644,16 +694,21 @@ const Format gguf::output_format = [] {
   f.whole_model = true;
   f.own_windows = true;  // a tensor converted a window of whole rows at a time (gguf/rows.h)
   f.file_name = [](size_t, size_t) { return std::string("model.gguf"); };
-  f.consolidate_writer = [](const ConsolidateOptions& o) -> std::unique_ptr<OutputWriter> { return std::make_unique<GgufFile>(o); };
+  f.consolidate_writer = [](const ConsolidateOptions& o) -> std::unique_ptr<OutputWriter> {
+    return std::make_unique<GgufFile>(o);
+  };
   f.options = {
       {"--outtype", "TYPE",
-       ".gguf output: the type of its 2-D weights, as convert_hf_to_gguf.py's --outtype: f32, f16 (default), bf16 or q8_0, or as "
+       ".gguf output: the type of its 2-D weights, as convert_hf_to_gguf.py's --outtype: f32, f16 (default), bf16 or "
+       "q8_0, or as "
        "llama-quantize --pure: q4_0, q4_k, q5_k or q6_k (norms and 1-D tensors stay F32)",
        "--outtype goes with a GGUF output (-o model.gguf)"},
       {"--split-max-size", "N",
        ".gguf output: split it as convert_hf_to_gguf.py --split-max-size does, a shard's tensor data at most N bytes "
-       "(K, M, G: powers of 1000; a larger tensor alone), into NAME-00001-of-0000N.gguf beside NAME.gguf", kSplitElsewhere},
-      {"--split-max-tensors", "N", ".gguf output: split it as convert_hf_to_gguf.py --split-max-tensors does, at most N tensors a shard",
+       "(K, M, G: powers of 1000; a larger tensor alone), into NAME-00001-of-0000N.gguf beside NAME.gguf",
+       kSplitElsewhere},
+      {"--split-max-tensors", "N",
+       ".gguf output: split it as convert_hf_to_gguf.py --split-max-tensors does, at most N tensors a shard",
        kSplitElsewhere},
   };
   f.check_options = check_options;

@@ -8,11 +8,11 @@
 #include <limits>
 #include <stdexcept>
 
+#include "gguf/quants.h"
+#include "gguf/simd.h"
 #include "util/error.h"
 #include "util/le.h"
 #include "util/numeric.h"
-#include "gguf/quants.h"
-#include "gguf/simd.h"
 #include "util/parallel.h"
 
 namespace dcpctl::gguf {
@@ -21,7 +21,9 @@ namespace {
 
 constexpr uint64_t kQ8Block = 32, kQ8BlockBytes = 34;
 
-uint64_t padded(uint64_t n, uint64_t alignment) { return (n + alignment - 1) / alignment * alignment; }
+uint64_t padded(uint64_t n, uint64_t alignment) {
+  return (n + alignment - 1) / alignment * alignment;
+}
 
 void put_string(std::vector<uint8_t>& b, std::string_view s) {
   put_le64(b, s.size());
@@ -41,7 +43,8 @@ uint16_t bf16_of(float f) {
 // out because static_cast<int8_t> of those is undefined in C++ (UBSan stops there); the vector
 // path (gguf/simd.h) gives the same.
 uint8_t low_byte(float r) {
-  const int32_t i = r == r && std::fabs(r) < 2147483648.0f ? static_cast<int32_t>(r) : std::numeric_limits<int32_t>::min();
+  const int32_t i =
+      r == r && std::fabs(r) < 2147483648.0f ? static_cast<int32_t>(r) : std::numeric_limits<int32_t>::min();
   return static_cast<uint8_t>(static_cast<uint32_t>(i) & 0xFFu);
 }
 
@@ -56,18 +59,30 @@ float round_away(float x) {
 
 const char* type_name(TensorType t) {
   switch (t) {
-    case TensorType::F32: return "F32";
-    case TensorType::F16: return "F16";
-    case TensorType::BF16: return "BF16";
-    case TensorType::Q8_0: return "Q8_0";
-    case TensorType::Q4_0: return "Q4_0";
-    case TensorType::Q5_0: return "Q5_0";
-    case TensorType::Q5_1: return "Q5_1";
-    case TensorType::Q4_K: return "Q4_K";
-    case TensorType::Q5_K: return "Q5_K";
-    case TensorType::Q6_K: return "Q6_K";
-    case TensorType::MXFP4: return "MXFP4";
-    case TensorType::NVFP4: return "NVFP4";
+    case TensorType::F32:
+      return "F32";
+    case TensorType::F16:
+      return "F16";
+    case TensorType::BF16:
+      return "BF16";
+    case TensorType::Q8_0:
+      return "Q8_0";
+    case TensorType::Q4_0:
+      return "Q4_0";
+    case TensorType::Q5_0:
+      return "Q5_0";
+    case TensorType::Q5_1:
+      return "Q5_1";
+    case TensorType::Q4_K:
+      return "Q4_K";
+    case TensorType::Q5_K:
+      return "Q5_K";
+    case TensorType::Q6_K:
+      return "Q6_K";
+    case TensorType::MXFP4:
+      return "MXFP4";
+    case TensorType::NVFP4:
+      return "NVFP4";
   }
   return "?";
 }
@@ -76,44 +91,63 @@ uint64_t block_size(TensorType t) {
   switch (t) {
     case TensorType::F32:
     case TensorType::F16:
-    case TensorType::BF16: return 1;
+    case TensorType::BF16:
+      return 1;
     case TensorType::Q4_0:
     case TensorType::Q5_0:
     case TensorType::Q5_1:
     case TensorType::Q8_0:
-    case TensorType::MXFP4: return kQ8Block;
+    case TensorType::MXFP4:
+      return kQ8Block;
     case TensorType::Q4_K:
     case TensorType::Q5_K:
-    case TensorType::Q6_K: return 256;
-    case TensorType::NVFP4: return 64;
+    case TensorType::Q6_K:
+      return 256;
+    case TensorType::NVFP4:
+      return 64;
   }
   return 1;
 }
 
-bool fits(TensorType t, uint64_t row) { return row % block_size(t) == 0; }
+bool fits(TensorType t, uint64_t row) {
+  return row % block_size(t) == 0;
+}
 
 TensorType row_type(TensorType t, uint64_t row) {
   if (fits(t, row)) return t;
-  TensorType f = t == TensorType::Q4_K ? TensorType::Q5_0 : t == TensorType::Q5_K ? TensorType::Q5_1
-               : t == TensorType::Q6_K ? TensorType::Q8_0 : t;
+  TensorType f = t == TensorType::Q4_K   ? TensorType::Q5_0
+                 : t == TensorType::Q5_K ? TensorType::Q5_1
+                 : t == TensorType::Q6_K ? TensorType::Q8_0
+                                         : t;
   return fits(f, row) ? f : TensorType::F16;
 }
 
 uint64_t tensor_bytes(TensorType t, uint64_t elements, uint64_t row) {
   (void)row;
   switch (t) {
-    case TensorType::F32: return elements * 4;
+    case TensorType::F32:
+      return elements * 4;
     case TensorType::F16:
-    case TensorType::BF16: return elements * 2;
-    case TensorType::Q8_0: return elements / kQ8Block * kQ8BlockBytes;
-    case TensorType::Q4_0: return elements / 32 * 18;
-    case TensorType::Q5_0: return elements / 32 * 22;
-    case TensorType::Q5_1: return elements / 32 * 24;
-    case TensorType::Q4_K: return elements / 256 * 144;
-    case TensorType::Q5_K: return elements / 256 * 176;
-    case TensorType::Q6_K: return elements / 256 * 210;
-    case TensorType::MXFP4: return elements / 32 * 17;
-    case TensorType::NVFP4: return elements / 64 * 36;
+    case TensorType::BF16:
+      return elements * 2;
+    case TensorType::Q8_0:
+      return elements / kQ8Block * kQ8BlockBytes;
+    case TensorType::Q4_0:
+      return elements / 32 * 18;
+    case TensorType::Q5_0:
+      return elements / 32 * 22;
+    case TensorType::Q5_1:
+      return elements / 32 * 24;
+    case TensorType::Q4_K:
+      return elements / 256 * 144;
+    case TensorType::Q5_K:
+      return elements / 256 * 176;
+    case TensorType::Q6_K:
+      return elements / 256 * 210;
+    case TensorType::MXFP4:
+      return elements / 32 * 17;
+    case TensorType::NVFP4:
+      return elements / 64 * 36;
   }
   return 0;
 }
@@ -132,7 +166,8 @@ void Header::add_u32(std::string_view k, uint32_t v) {
   key(k, ValueType::U32);
   put_le32(kv_, v);
   if (k == "general.alignment") {
-    if (v == 0 || (v & (v - 1)) != 0 || tensor_count_ != 0) throw std::logic_error("gguf: general.alignment must be a power of two, set first");
+    if (v == 0 || (v & (v - 1)) != 0 || tensor_count_ != 0)
+      throw std::logic_error("gguf: general.alignment must be a power of two, set first");
     alignment_ = v;
   }
 }
@@ -188,7 +223,8 @@ uint64_t Header::add_tensor(std::string_view name, const std::vector<int64_t>& s
     elements *= static_cast<uint64_t>(d);
   }
   const uint64_t row = shape.empty() ? 1 : static_cast<uint64_t>(shape.back());
-  if (!fits(type, row)) throw std::logic_error(std::string("gguf: a ") + type_name(type) + " row must hold whole blocks");
+  if (!fits(type, row))
+    throw std::logic_error(std::string("gguf: a ") + type_name(type) + " row must hold whole blocks");
   put_string(infos_, name);
   put_le32(infos_, static_cast<uint32_t>(shape.size()));
   for (size_t i = shape.size(); i-- > 0;) put_le64(infos_, static_cast<uint64_t>(shape[i]));
@@ -247,27 +283,48 @@ uint64_t split_size(const std::string& text) {
   const bool ok = !digits.empty() && digits.size() <= 18 && digits.find_first_not_of("0123456789") == std::string::npos;
   const uint64_t n = ok ? std::stoull(digits) : 0;
   if (!ok || n > std::numeric_limits<uint64_t>::max() / unit)
-    throw UsageError(Where(), "--split-max-size must be a number of bytes, optionally followed by K, M or G (as the converter's: 500M, 2G), not '" +
-                                  text + "'");
+    throw UsageError(Where(),
+                     "--split-max-size must be a number of bytes, optionally followed by K, M or G (as the "
+                     "converter's: 500M, 2G), not '" +
+                         text + "'");
   return n * unit;
 }
 
-void encode(TensorType t, const float* x, size_t n, uint8_t* out) { encode_via(best_encode_isa(), t, x, n, out); }
+void encode(TensorType t, const float* x, size_t n, uint8_t* out) {
+  encode_via(best_encode_isa(), t, x, n, out);
+}
 
 void encode_via(EncodeIsa isa, TensorType t, const float* x, size_t n, uint8_t* out) {
   if (n % block_size(t) != 0) throw std::logic_error(std::string("gguf: ") + type_name(t) + " takes whole blocks");
-  if (isa != EncodeIsa::Scalar && !encode_isa_available(isa)) throw std::logic_error("gguf: an encoding this CPU cannot run");
+  if (isa != EncodeIsa::Scalar && !encode_isa_available(isa))
+    throw std::logic_error("gguf: an encoding this CPU cannot run");
   if (isa == EncodeIsa::Avx2 && encode_avx2(t, x, n, out)) return;
   switch (t) {
-    case TensorType::Q4_0: quants::q4_0(x, n, out); return;
-    case TensorType::Q5_0: quants::q5_0(x, n, out); return;
-    case TensorType::Q5_1: quants::q5_1(x, n, out); return;
-    case TensorType::Q4_K: quants::q4_k(x, n, out, isa == EncodeIsa::Avx2); return;
-    case TensorType::Q5_K: quants::q5_k(x, n, out, isa == EncodeIsa::Avx2); return;
-    case TensorType::Q6_K: quants::q6_k(x, n, out, isa == EncodeIsa::Avx2); return;
-    case TensorType::MXFP4: throw std::logic_error("gguf: MXFP4 is copied from MXFP4 (mxfp4_repack), not encoded");
-    case TensorType::NVFP4: throw std::logic_error("gguf: NVFP4 is copied from NVFP4 (nvfp4_pack), not encoded");
-    case TensorType::F32: std::memcpy(out, x, n * 4); return;
+    case TensorType::Q4_0:
+      quants::q4_0(x, n, out);
+      return;
+    case TensorType::Q5_0:
+      quants::q5_0(x, n, out);
+      return;
+    case TensorType::Q5_1:
+      quants::q5_1(x, n, out);
+      return;
+    case TensorType::Q4_K:
+      quants::q4_k(x, n, out, isa == EncodeIsa::Avx2);
+      return;
+    case TensorType::Q5_K:
+      quants::q5_k(x, n, out, isa == EncodeIsa::Avx2);
+      return;
+    case TensorType::Q6_K:
+      quants::q6_k(x, n, out, isa == EncodeIsa::Avx2);
+      return;
+    case TensorType::MXFP4:
+      throw std::logic_error("gguf: MXFP4 is copied from MXFP4 (mxfp4_repack), not encoded");
+    case TensorType::NVFP4:
+      throw std::logic_error("gguf: NVFP4 is copied from NVFP4 (nvfp4_pack), not encoded");
+    case TensorType::F32:
+      std::memcpy(out, x, n * 4);
+      return;
     case TensorType::F16:
       for (size_t i = 0; i < n; ++i) {
         const uint16_t h = f32_to_f16(x[i]);

@@ -42,14 +42,36 @@ constexpr uint32_t kVersion = 3;
 constexpr uint64_t kDefaultAlignment = 32;
 
 enum class ValueType : uint32_t {
-  U8 = 0, I8 = 1, U16 = 2, I16 = 3, U32 = 4, I32 = 5, F32 = 6, Bool = 7,
-  String = 8, Array = 9, U64 = 10, I64 = 11, F64 = 12,
+  U8 = 0,
+  I8 = 1,
+  U16 = 2,
+  I16 = 3,
+  U32 = 4,
+  I32 = 5,
+  F32 = 6,
+  Bool = 7,
+  String = 8,
+  Array = 9,
+  U64 = 10,
+  I64 = 11,
+  F64 = 12,
 };
 
 enum class TensorType : uint32_t {
-  F32 = 0, F16 = 1, Q4_0 = 2, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q4_K = 12, Q5_K = 13, Q6_K = 14, BF16 = 30,
-  MXFP4 = 39,  // ggml's block_mxfp4: an E8M0 byte, then 16 bytes of E2M1 pairs (value j low, j + 16 high); copied, never computed
-  NVFP4 = 40,  // ggml's block_nvfp4: 64 values, 4 UE4M3 scales then 4 x 8 bytes of E2M1 pairs (j low, j + 8 high); copied, never computed
+  F32 = 0,
+  F16 = 1,
+  Q4_0 = 2,
+  Q5_0 = 6,
+  Q5_1 = 7,
+  Q8_0 = 8,
+  Q4_K = 12,
+  Q5_K = 13,
+  Q6_K = 14,
+  BF16 = 30,
+  MXFP4 = 39,  // ggml's block_mxfp4: an E8M0 byte, then 16 bytes of E2M1 pairs (value j low, j + 16 high); copied,
+               // never computed
+  NVFP4 = 40,  // ggml's block_nvfp4: 64 values, 4 UE4M3 scales then 4 x 8 bytes of E2M1 pairs (j low, j + 8 high);
+               // copied, never computed
 };
 
 // "F32", "F16", "BF16", "Q8_0", "Q4_K", ...: gguf-py's GGMLQuantizationType names.

@@ -8,9 +8,9 @@
 #include <regex>
 #include <stdexcept>
 
-#include "util/error.h"
 #include "gguf/lowbit.h"
 #include "gguf/vocab.h"
+#include "util/error.h"
 
 namespace dcpctl::gguf {
 
@@ -27,8 +27,10 @@ OutType out_type(const std::string& word) {
   if (word == "q4_k") return {TensorType::Q4_K, 15};
   if (word == "q5_k") return {TensorType::Q5_K, 17};
   if (word == "q6_k") return {TensorType::Q6_K, 18};
-  throw UsageError(Where(), "--outtype must be f32, f16, bf16, q8_0 (convert_hf_to_gguf.py's words), q4_0, q4_k, q5_k or q6_k "
-                            "(llama-quantize's, --pure), not '" + word + "'");
+  throw UsageError(Where(),
+                   "--outtype must be f32, f16, bf16, q8_0 (convert_hf_to_gguf.py's words), q4_0, q4_k, q5_k or q6_k "
+                   "(llama-quantize's, --pure), not '" +
+                       word + "'");
 }
 
 namespace {
@@ -41,14 +43,19 @@ int64_t int_of(const json& c, const char* key) {
 
 int64_t need_int(const json& c, const char* key, const std::string& where) {
   int64_t v = int_of(c, key);
-  if (v < 0) throw UnsupportedError(Where(where), std::string("a GGUF output needs config.json's ") + key + " (a non-negative integer)");
+  if (v < 0)
+    throw UnsupportedError(Where(where),
+                           std::string("a GGUF output needs config.json's ") + key + " (a non-negative integer)");
   return v;
 }
 
 // prepare_tensors: one dimension, a *_norm.weight, a router (ffn_gate_inp), a name not ending
 // .weight: F32; a Q8_0 whose rows are not a multiple of 32: F16.
 TensorType type_of(const std::string& n, const std::vector<int64_t>& shape, OutType out) {
-  auto ends = [&](const char* s) { size_t k = std::strlen(s); return n.size() >= k && n.compare(n.size() - k, k, s) == 0; };
+  auto ends = [&](const char* s) {
+    size_t k = std::strlen(s);
+    return n.size() >= k && n.compare(n.size() - k, k, s) == 0;
+  };
   bool f32 = shape.size() <= 1 || ends("_norm.weight") || ends(".ffn_gate_inp.weight") || !ends(".weight");
   // llama-quantize's fallbacks where the rows are not whole blocks (gguf/gguf.h's row_type): a Q8_0
   // (or Q4_0) whose rows are not a multiple of 32 is F16, a K-quant another block type first.
@@ -72,13 +79,16 @@ json rope_params(const json& c) {
       break;  // hparams.get("rope_parameters", ...) takes the key when present, even null
     }
   if (r.contains("full_attention") || r.contains("sliding_attention")) return r;
-  if (json t = find_hparam(c, {"global_rope_theta", "rope_global_theta", "rope_theta_global", "rope_theta", "rotary_emb_base"});
+  if (json t = find_hparam(
+          c, {"global_rope_theta", "rope_global_theta", "rope_theta_global", "rope_theta", "rotary_emb_base"});
       !r.contains("rope_theta") && !t.is_null())
     r["rope_theta"] = t;
   if (!r.contains("rope_type") && r.contains("type") && !r["type"].is_null()) r["rope_type"] = r["type"];
-  if (json f = find_hparam(c, {"partial_rotary_factor", "rope_pct", "rope_percent"}); !r.contains("partial_rotary_factor") && !f.is_null())
+  if (json f = find_hparam(c, {"partial_rotary_factor", "rope_pct", "rope_percent"});
+      !r.contains("partial_rotary_factor") && !f.is_null())
     r["partial_rotary_factor"] = f;
-  if (json o = find_hparam(c, {"original_max_position_embeddings"}); !r.contains("original_max_position_embeddings") && !o.is_null())
+  if (json o = find_hparam(c, {"original_max_position_embeddings"});
+      !r.contains("original_max_position_embeddings") && !o.is_null())
     r["original_max_position_embeddings"] = o;
   return r;
 }
@@ -90,8 +100,10 @@ bool mxfp4_config(const json& config) {
   return q != config.end() && q->is_object() && q->value("quant_method", json()) == "mxfp4";
 }
 
-std::vector<uint8_t> mxfp4_repack(const TensorPlan& p, const uint8_t* blocks, const uint8_t* scales, const std::vector<int64_t>& bs) {
-  if (!p.mxfp4 || bs.size() != 4 || bs[3] != 16) throw std::logic_error("gguf: mxfp4_repack of a plan that is not MXFP4 blocks");
+std::vector<uint8_t> mxfp4_repack(const TensorPlan& p, const uint8_t* blocks, const uint8_t* scales,
+                                  const std::vector<int64_t>& bs) {
+  if (!p.mxfp4 || bs.size() != 4 || bs[3] != 16)
+    throw std::logic_error("gguf: mxfp4_repack of a plan that is not MXFP4 blocks");
   const int64_t e = bs[0], rows = bs[1], groups = bs[2];
   const int64_t step = p.gate_up ? 2 : 1, first = p.gate_up == 'u' ? 1 : 0;
   std::vector<uint8_t> out;
@@ -117,7 +129,9 @@ namespace {
 void gemma2_keys(Header& h, const std::string& a, const json& c, uint32_t file_type, const std::string& where) {
   auto need_float = [&](const char* key) {
     json v = c.value(key, json());
-    if (!v.is_number()) throw UnsupportedError(Where(where), std::string("a GGUF of ") + a + " needs config.json's " + key + " (a number)");
+    if (!v.is_number())
+      throw UnsupportedError(Where(where),
+                             std::string("a GGUF of ") + a + " needs config.json's " + key + " (a number)");
     return v.get<float>();
   };
   h.add_u32(a + ".context_length", static_cast<uint32_t>(need_int(c, "max_position_embeddings", where)));
@@ -126,7 +140,9 @@ void gemma2_keys(Header& h, const std::string& a, const json& c, uint32_t file_t
   h.add_u32(a + ".feed_forward_length", static_cast<uint32_t>(need_int(c, "intermediate_size", where)));
   const int64_t heads = need_int(c, "num_attention_heads", where);
   h.add_u32(a + ".attention.head_count", static_cast<uint32_t>(heads));
-  h.add_u32(a + ".attention.head_count_kv", static_cast<uint32_t>(c.contains("num_key_value_heads") ? need_int(c, "num_key_value_heads", where) : heads));
+  h.add_u32(
+      a + ".attention.head_count_kv",
+      static_cast<uint32_t>(c.contains("num_key_value_heads") ? need_int(c, "num_key_value_heads", where) : heads));
   h.add_f32(a + ".attention.layer_norm_rms_epsilon", need_float("rms_norm_eps"));
   const int64_t head_dim = need_int(c, "head_dim", where);
   h.add_u32(a + ".attention.key_length", static_cast<uint32_t>(head_dim));
@@ -150,9 +166,11 @@ void gemma3_keys(Header& h, const std::string& a, const json& c, uint32_t file_t
   const json type = full.value("rope_type", json()), theta = full.value("rope_theta", json());
   const json eps = c.value("rms_norm_eps", json());
   if (!eps.is_number() || !theta.is_number() || !full.is_object() || !swa.is_object())
-    throw UnsupportedError(Where(where), "a GGUF of " + a + " needs config.json's rms_norm_eps and the full attention's rope_theta");
+    throw UnsupportedError(Where(where),
+                           "a GGUF of " + a + " needs config.json's rms_norm_eps and the full attention's rope_theta");
   if (!type.is_null() && type != "default" && type != "linear")
-    throw UnsupportedError(Where(where), "config.json's rope type " + type.dump() + " is not written into a GGUF of " + a + " by dcpctl (default, linear)");
+    throw UnsupportedError(Where(where), "config.json's rope type " + type.dump() + " is not written into a GGUF of " +
+                                             a + " by dcpctl (default, linear)");
   const int64_t head_dim = need_int(c, "head_dim", where);
   h.add_u32(a + ".block_count", static_cast<uint32_t>(need_int(c, "num_hidden_layers", where)));
   h.add_u32(a + ".context_length", static_cast<uint32_t>(need_int(c, "max_position_embeddings", where)));
@@ -161,25 +179,32 @@ void gemma3_keys(Header& h, const std::string& a, const json& c, uint32_t file_t
   h.add_u32(a + ".attention.head_count", static_cast<uint32_t>(need_int(c, "num_attention_heads", where)));
   h.add_u32(a + ".attention.head_count_kv", static_cast<uint32_t>(need_int(c, "num_key_value_heads", where)));
   if (json f = full.value("factor", json()); type == "linear" && !f.is_null()) {
-    if (!f.is_number()) throw UnsupportedError(Where(where), "config.json's rope factor " + f.dump() + " is not a number");
+    if (!f.is_number())
+      throw UnsupportedError(Where(where), "config.json's rope factor " + f.dump() + " is not a number");
     h.add_string(a + ".rope.scaling.type", "linear");
     h.add_f32(a + ".rope.scaling.factor", f.get<float>());
   }
   h.add_f32(a + ".rope.freq_base", theta.get<float>());
   if (json t = swa.value("rope_theta", json()); !t.is_null()) {
-    if (!t.is_number()) throw UnsupportedError(Where(where), "config.json's sliding attention rope_theta " + t.dump() + " is not a number");
+    if (!t.is_number())
+      throw UnsupportedError(Where(where),
+                             "config.json's sliding attention rope_theta " + t.dump() + " is not a number");
     h.add_f32(a + ".rope.freq_base_swa", t.get<float>());
   }
   h.add_f32(a + ".attention.layer_norm_rms_epsilon", eps.get<float>());
   h.add_u32(a + ".attention.key_length", static_cast<uint32_t>(head_dim));
   h.add_u32(a + ".attention.value_length", static_cast<uint32_t>(head_dim));
   h.add_u32("general.file_type", file_type);
-  if (json cap = c.value("final_logit_softcapping", json()); !cap.is_null() && !(cap.is_number() && cap.get<double>() == 0)) {
-    if (!cap.is_number()) throw UnsupportedError(Where(where), "config.json's final_logit_softcapping " + cap.dump() + " is not a number");
+  if (json cap = c.value("final_logit_softcapping", json());
+      !cap.is_null() && !(cap.is_number() && cap.get<double>() == 0)) {
+    if (!cap.is_number())
+      throw UnsupportedError(Where(where), "config.json's final_logit_softcapping " + cap.dump() + " is not a number");
     h.add_f32(a + ".final_logit_softcapping", cap.get<float>());
   }
   if (json cap = c.value("attn_logit_softcapping", json()); !cap.is_null())  // the converter asserts it is None
-    throw UnsupportedError(Where(where), "config.json's attn_logit_softcapping is not None: llama.cpp's converter refuses a " + a + " with it");
+    throw UnsupportedError(
+        Where(where),
+        "config.json's attn_logit_softcapping is not None: llama.cpp's converter refuses a " + a + " with it");
   if (c.value("sliding_window_pattern", json()) != json(1))
     h.add_u32(a + ".attention.sliding_window", static_cast<uint32_t>(need_int(c, "sliding_window", where)));
 }
@@ -210,22 +235,29 @@ void phi3_keys(Header& h, const std::string& a, const json& c, uint32_t file_typ
   auto need = [&](std::initializer_list<const char*> keys, const char* what) {
     json v = find_hparam(c, keys);
     if (!v.is_number_integer() || v.get<int64_t>() < 0)
-      throw UnsupportedError(Where(where), std::string("a GGUF of ") + a + " needs config.json's " + what + " (a non-negative integer)");
+      throw UnsupportedError(
+          Where(where), std::string("a GGUF of ") + a + " needs config.json's " + what + " (a non-negative integer)");
     return v.get<int64_t>();
   };
-  const int64_t embd = need({"hidden_size", "n_embd"}, "hidden_size"), heads = need({"num_attention_heads", "n_head"}, "num_attention_heads");
+  const int64_t embd = need({"hidden_size", "n_embd"}, "hidden_size"),
+                heads = need({"num_attention_heads", "n_head"}, "num_attention_heads");
   const int64_t heads_kv = need({"num_key_value_heads", "n_head_kv"}, "num_key_value_heads");
   const json eps = c.value("rms_norm_eps", json());
   const json rope = rope_params(c);
   const json orig = rope.value("original_max_position_embeddings", json()), theta = rope.value("rope_theta", json());
   const json pct = rope.value("partial_rotary_factor", json(1.0));
   if (!eps.is_number() || !orig.is_number_integer() || !theta.is_number() || !pct.is_number() || heads == 0)
-    throw UnsupportedError(Where(where), "a GGUF of " + a + " needs config.json's rms_norm_eps, original_max_position_embeddings, rope_theta "
-                                         "and num_attention_heads (partial_rotary_factor a number)");
+    throw UnsupportedError(Where(where),
+                           "a GGUF of " + a +
+                               " needs config.json's rms_norm_eps, original_max_position_embeddings, rope_theta "
+                               "and num_attention_heads (partial_rotary_factor a number)");
   if (json f = rope.value("long_factor", json()); !f.is_null() && !(f.is_array() && f.empty()))
-    throw UnsupportedError(Where(where), "a " + a + " rope with long_factor (LongRoPE: the converter's rope_factors_long/short tensors) "
-                                         "is not written into a GGUF by dcpctl yet");
-  h.add_u32(a + ".context_length", static_cast<uint32_t>(need({"n_positions", "max_position_embeddings"}, "max_position_embeddings")));
+    throw UnsupportedError(Where(where),
+                           "a " + a +
+                               " rope with long_factor (LongRoPE: the converter's rope_factors_long/short tensors) "
+                               "is not written into a GGUF by dcpctl yet");
+  h.add_u32(a + ".context_length",
+            static_cast<uint32_t>(need({"n_positions", "max_position_embeddings"}, "max_position_embeddings")));
   h.add_u32(a + ".rope.scaling.original_context_length", orig.get<uint32_t>());
   h.add_u32(a + ".embedding_length", static_cast<uint32_t>(embd));
   h.add_u32(a + ".feed_forward_length", static_cast<uint32_t>(need({"intermediate_size"}, "intermediate_size")));
@@ -234,7 +266,8 @@ void phi3_keys(Header& h, const std::string& a, const json& c, uint32_t file_typ
   h.add_u32(a + ".attention.head_count_kv", static_cast<uint32_t>(heads_kv));
   h.add_f32(a + ".attention.layer_norm_rms_epsilon", eps.get<float>());
   // int(rot_pct * n_embd) // n_head: a Python float's product, toward zero, then floor division.
-  h.add_u32(a + ".rope.dimension_count", static_cast<uint32_t>(static_cast<int64_t>(pct.get<double>() * static_cast<double>(embd)) / heads));
+  h.add_u32(a + ".rope.dimension_count",
+            static_cast<uint32_t>(static_cast<int64_t>(pct.get<double>() * static_cast<double>(embd)) / heads));
   h.add_f32(a + ".rope.freq_base", theta.get<float>());
   h.add_u32("general.file_type", file_type);
   const json window = c.value("sliding_window", json());  // None: 0 (Phi-4's)
@@ -268,12 +301,15 @@ Arch llama_arch(const std::string& name, Arch::Experts experts) {
 
 // GraniteModel.set_gguf_parameters after LlamaModel's: each multiplier that is set (truthy).
 void granite_keys(Header& h, const std::string& a, const json& c, const std::string& where) {
-  for (const auto& [hf, key] : std::initializer_list<std::pair<const char*, const char*>>{
-           {"attention_multiplier", ".attention.scale"}, {"embedding_multiplier", ".embedding_scale"},
-           {"residual_multiplier", ".residual_scale"}, {"logits_scaling", ".logit_scale"}}) {
+  for (const auto& [hf, key] :
+       std::initializer_list<std::pair<const char*, const char*>>{{"attention_multiplier", ".attention.scale"},
+                                                                  {"embedding_multiplier", ".embedding_scale"},
+                                                                  {"residual_multiplier", ".residual_scale"},
+                                                                  {"logits_scaling", ".logit_scale"}}) {
     const json v = c.value(hf, json());
     if (v.is_null() || v == json(0) || v == json(0.0) || v == json(false)) continue;
-    if (!v.is_number()) throw UnsupportedError(Where(where), std::string("config.json's ") + hf + " " + v.dump() + " is not a number");
+    if (!v.is_number())
+      throw UnsupportedError(Where(where), std::string("config.json's ") + hf + " " + v.dump() + " is not a number");
     h.add_f32(a + key, v.get<float>());
   }
 }
@@ -326,15 +362,18 @@ Arch starcoder2_arch() {
 // rope.scaling.type none (over a linear or yarn scaling TextModel wrote: refused here).
 void command_r_keys(Header& h, const std::string& a, const json& c, const std::string& where) {
   const json scale = c.value("logit_scale", json());
-  if (!scale.is_number()) throw UnsupportedError(Where(where), "a GGUF of " + a + " needs config.json's logit_scale (a number)");
+  if (!scale.is_number())
+    throw UnsupportedError(Where(where), "a GGUF of " + a + " needs config.json's logit_scale (a number)");
   if (json t = rope_params(c).value("rope_type", json()); !t.is_null() && t != "default")
-    throw UnsupportedError(Where(where), "config.json's rope type " + t.dump() + " is not written into a GGUF of " + a + " by dcpctl (default)");
+    throw UnsupportedError(Where(where), "config.json's rope type " + t.dump() + " is not written into a GGUF of " + a +
+                                             " by dcpctl (default)");
   h.add_f32(a + ".logit_scale", scale.get<float>());
   h.add_string(a + ".rope.scaling.type", "none");
 }
 
 // gguf-py's tensor_mapping for MODEL_ARCH.COMMAND_R: the q/k norms (Command R+'s).
-const std::map<std::string, std::string> kCommandRLayer{{"self_attn.q_norm", "attn_q_norm"}, {"self_attn.k_norm", "attn_k_norm"}};
+const std::map<std::string, std::string> kCommandRLayer{{"self_attn.q_norm", "attn_q_norm"},
+                                                        {"self_attn.k_norm", "attn_k_norm"}};
 
 Arch command_r_arch() {
   Arch a{"command-r"};
@@ -351,7 +390,9 @@ void falcon_keys(Header& h, const std::string& a, const json& c, uint32_t file_t
   if (kv.is_null()) kv = c.value("n_head_kv", json(1));
   const json eps = c.value("layer_norm_epsilon", json());
   if (!heads.is_number_integer() || !kv.is_number_integer() || !eps.is_number())
-    throw UnsupportedError(Where(where), "a GGUF of " + a + " needs config.json's num_attention_heads, num_kv_heads and layer_norm_epsilon");
+    throw UnsupportedError(
+        Where(where),
+        "a GGUF of " + a + " needs config.json's num_attention_heads, num_kv_heads and layer_norm_epsilon");
   const int64_t hidden = need_int(c, "hidden_size", where);
   h.add_u32(a + ".context_length", 2048);
   h.add_string(a + ".tensor_data_layout", "jploski");
@@ -366,12 +407,15 @@ void falcon_keys(Header& h, const std::string& a, const json& c, uint32_t file_t
 
 // gguf-py's tensor_mapping for MODEL_ARCH.FALCON: Falcon-7B's input_layernorm, Falcon-40B's ln_mlp
 // (attn_norm) and ln_attn (attn_norm_2), the fused query_key_value and the MLP.
-const std::map<std::string, std::string> kFalconLayer{{"input_layernorm", "attn_norm"}, {"ln_mlp", "attn_norm"},
-                                                      {"ln_attn", "attn_norm_2"}, {"self_attention.query_key_value", "attn_qkv"},
-                                                      {"self_attention.dense", "attn_output"}, {"mlp.dense_h_to_4h", "ffn_up"},
+const std::map<std::string, std::string> kFalconLayer{{"input_layernorm", "attn_norm"},
+                                                      {"ln_mlp", "attn_norm"},
+                                                      {"ln_attn", "attn_norm_2"},
+                                                      {"self_attention.query_key_value", "attn_qkv"},
+                                                      {"self_attention.dense", "attn_output"},
+                                                      {"mlp.dense_h_to_4h", "ffn_up"},
                                                       {"mlp.dense_4h_to_h", "ffn_down"}};
-const std::map<std::string, std::string> kFalconTop{{"transformer.word_embeddings", "token_embd"}, {"transformer.ln_f", "output_norm"},
-                                                    {"lm_head", "output"}};
+const std::map<std::string, std::string> kFalconTop{
+    {"transformer.word_embeddings", "token_embd"}, {"transformer.ln_f", "output_norm"}, {"lm_head", "output"}};
 
 Arch falcon_arch() {
   Arch a{"falcon"};
@@ -388,8 +432,10 @@ void ministral3_keys(Header& h, const std::string& a, const json& c, const std::
   const json rope = rope_params(c);
   const json mscale = rope.value("mscale_all_dim", json()), beta = rope.value("llama_4_scaling_beta", json());
   if (rope.value("rope_type", json()) != "yarn" || !mscale.is_number() || !beta.is_number())
-    throw UnsupportedError(Where(where), "a GGUF of ministral3 needs its yarn rope_parameters with mscale_all_dim and llama_4_scaling_beta "
-                                         "(the converter asserts them)");
+    throw UnsupportedError(
+        Where(where),
+        "a GGUF of ministral3 needs its yarn rope_parameters with mscale_all_dim and llama_4_scaling_beta "
+        "(the converter asserts them)");
   h.add_f32(a + ".rope.scaling.yarn_log_multiplier", mscale.get<float>());
   h.add_f32(a + ".attention.temperature_scale", beta.get<float>());
 }
@@ -405,7 +451,9 @@ Arch ministral3_arch() {
 void mpt_keys(Header& h, const std::string& a, const json& c, uint32_t, const std::string& where) {
   const json attn = c.value("attn_config", json());
   if (!attn.is_object() || !attn.contains("clip_qkv") || !attn.contains("alibi"))
-    throw UnsupportedError(Where(where), "a GGUF of mpt needs config.json's attn_config with clip_qkv and alibi (the converter reads them)");
+    throw UnsupportedError(
+        Where(where),
+        "a GGUF of mpt needs config.json's attn_config with clip_qkv and alibi (the converter reads them)");
   const int64_t d_model = need_int(c, "d_model", where);
   h.add_u32(a + ".context_length", static_cast<uint32_t>(need_int(c, "max_seq_len", where)));
   h.add_u32(a + ".embedding_length", static_cast<uint32_t>(d_model));
@@ -418,7 +466,8 @@ void mpt_keys(Header& h, const std::string& a, const json& c, uint32_t, const st
     throw UnsupportedError(Where(where), "config.json's attn_config kv_n_heads " + kv.dump() + " is not a count");
   h.add_f32(a + ".attention.layer_norm_epsilon", 1e-5f);
   if (const json clip = attn["clip_qkv"]; !clip.is_null()) {
-    if (!clip.is_number()) throw UnsupportedError(Where(where), "config.json's attn_config clip_qkv " + clip.dump() + " is not a number");
+    if (!clip.is_number())
+      throw UnsupportedError(Where(where), "config.json's attn_config clip_qkv " + clip.dump() + " is not a number");
     h.add_f32(a + ".attention.clamp_kqv", clip.get<float>());
   }
   const json bias_max = attn.value("alibi_bias_max", json());
@@ -428,9 +477,11 @@ void mpt_keys(Header& h, const std::string& a, const json& c, uint32_t, const st
 }
 
 // gguf-py's tensor_mapping for MODEL_ARCH.MPT (transformer.blocks.N's).
-const std::map<std::string, std::string> kMptLayer{{"norm_1", "attn_norm"}, {"attn.Wqkv", "attn_qkv"}, {"attn.out_proj", "attn_output"},
-                                                   {"norm_2", "ffn_norm"}, {"ffn.up_proj", "ffn_up"}, {"ffn.down_proj", "ffn_down"}};
-const std::map<std::string, std::string> kMptTop{{"transformer.wte", "token_embd"}, {"transformer.norm_f", "output_norm"}, {"lm_head", "output"}};
+const std::map<std::string, std::string> kMptLayer{{"norm_1", "attn_norm"},          {"attn.Wqkv", "attn_qkv"},
+                                                   {"attn.out_proj", "attn_output"}, {"norm_2", "ffn_norm"},
+                                                   {"ffn.up_proj", "ffn_up"},        {"ffn.down_proj", "ffn_down"}};
+const std::map<std::string, std::string> kMptTop{
+    {"transformer.wte", "token_embd"}, {"transformer.norm_f", "output_norm"}, {"lm_head", "output"}};
 
 Arch mpt_arch() {
   Arch a{"mpt"};
@@ -477,14 +528,16 @@ const std::vector<std::pair<std::string, Arch>>& arch_table() {
 
 Arch arch_of(const json& config, const std::string& where) {
   std::string hf;
-  if (auto it = config.find("architectures"); it != config.end() && it->is_array() && !it->empty() && (*it)[0].is_string())
+  if (auto it = config.find("architectures");
+      it != config.end() && it->is_array() && !it->empty() && (*it)[0].is_string())
     hf = (*it)[0].get<std::string>();
   std::string names;
   for (const auto& [name, arch] : arch_table()) {
     if (name == hf) return arch;
     names += (names.empty() ? "" : ", ") + name;
   }
-  throw UnsupportedError(Where(where), "a GGUF output of architecture '" + (hf.empty() ? std::string("(none in config.json)") : hf) +
+  throw UnsupportedError(Where(where), "a GGUF output of architecture '" +
+                                           (hf.empty() ? std::string("(none in config.json)") : hf) +
                                            "' is not written (dcpctl writes " + names + ")");
 }
 
@@ -492,16 +545,20 @@ namespace {
 
 // FalconModel.modify_tensors' regrouping of query_key_value (TensorPlan::qkv_groups): view(kv,
 // heads / kv + 2, head_dim, hidden), its q heads, then k, then v; refused where that view fails.
-void falcon_qkv_plan(TensorPlan& p, const json& config, const std::string& key, const std::string& suffix, const std::string& where) {
-  const json h = find_hparam(config, {"num_attention_heads", "n_head"}), kv = find_hparam(config, {"num_kv_heads", "n_head_kv"});
-  const int64_t heads = h.is_number_integer() ? h.get<int64_t>() : 0, groups = kv.is_number_integer() && kv.get<int64_t>() > 0 ? kv.get<int64_t>() : 1;
+void falcon_qkv_plan(TensorPlan& p, const json& config, const std::string& key, const std::string& suffix,
+                     const std::string& where) {
+  const json h = find_hparam(config, {"num_attention_heads", "n_head"}),
+             kv = find_hparam(config, {"num_kv_heads", "n_head_kv"});
+  const int64_t heads = h.is_number_integer() ? h.get<int64_t>() : 0,
+                groups = kv.is_number_integer() && kv.get<int64_t>() > 0 ? kv.get<int64_t>() : 1;
   const int64_t hidden = int_of(config, "hidden_size"), head_dim = heads > 0 ? hidden / heads : 0;
   const std::vector<int64_t>& shape = p.shape;
   if (suffix != "weight" || heads <= 0 || heads % groups != 0 || shape.size() != 2 || shape[1] != head_dim * heads ||
       shape[0] != (heads + 2 * groups) * head_dim)
-    throw UnsupportedError(Where(where, std::nullopt, key), "'" + key + "' is not (" + std::to_string(heads) + " + 2 x " + std::to_string(groups) +
-                                                              " kv heads) x head_dim rows of hidden_size: llama.cpp's converter cannot regroup it "
-                                                              "(a Falcon-7B config saved by transformers 5 says num_kv_heads = heads)");
+    throw UnsupportedError(Where(where, std::nullopt, key),
+                           "'" + key + "' is not (" + std::to_string(heads) + " + 2 x " + std::to_string(groups) +
+                               " kv heads) x head_dim rows of hidden_size: llama.cpp's converter cannot regroup it "
+                               "(a Falcon-7B config saved by transformers 5 says num_kv_heads = heads)");
   p.qkv_groups = groups, p.qkv_heads = heads;
 }
 
@@ -511,18 +568,30 @@ TensorPlan tensor_plan(const Arch& arch, const json& config, const std::string& 
                        OutType out, const std::string& where) {
   static const std::map<std::string, std::string> top{
       {"model.embed_tokens", "token_embd"}, {"model.norm", "output_norm"}, {"lm_head", "output"}};
-  static const std::map<std::string, std::string> layer{
-      {"input_layernorm", "attn_norm"},       {"self_attn.q_proj", "attn_q"},   {"self_attn.k_proj", "attn_k"},
-      {"self_attn.v_proj", "attn_v"},         {"self_attn.o_proj", "attn_output"},
-      {"post_attention_layernorm", "ffn_norm"}, {"mlp.gate_proj", "ffn_gate"}, {"mlp.up_proj", "ffn_up"},
-      {"mlp.down_proj", "ffn_down"},          {"self_attn.q_norm", "attn_q_norm"}, {"self_attn.k_norm", "attn_k_norm"},
-      {"mlp.gate", "ffn_gate_inp"},           {"block_sparse_moe.gate", "ffn_gate_inp"}, {"mlp.router", "ffn_gate_inp"}};
+  static const std::map<std::string, std::string> layer{{"input_layernorm", "attn_norm"},
+                                                        {"self_attn.q_proj", "attn_q"},
+                                                        {"self_attn.k_proj", "attn_k"},
+                                                        {"self_attn.v_proj", "attn_v"},
+                                                        {"self_attn.o_proj", "attn_output"},
+                                                        {"post_attention_layernorm", "ffn_norm"},
+                                                        {"mlp.gate_proj", "ffn_gate"},
+                                                        {"mlp.up_proj", "ffn_up"},
+                                                        {"mlp.down_proj", "ffn_down"},
+                                                        {"self_attn.q_norm", "attn_q_norm"},
+                                                        {"self_attn.k_norm", "attn_k_norm"},
+                                                        {"mlp.gate", "ffn_gate_inp"},
+                                                        {"block_sparse_moe.gate", "ffn_gate_inp"},
+                                                        {"mlp.router", "ffn_gate_inp"}};
   // DeepseekV2Model's MLA and shared experts (kv_b_proj is split by plan_tensors).
-  static const std::map<std::string, std::string> mla{
-      {"self_attn.q_a_proj", "attn_q_a"},     {"self_attn.q_a_layernorm", "attn_q_a_norm"}, {"self_attn.q_b_proj", "attn_q_b"},
-      {"self_attn.kv_a_proj_with_mqa", "attn_kv_a_mqa"}, {"self_attn.kv_a_layernorm", "attn_kv_a_norm"},
-      {"mlp.shared_experts.gate_proj", "ffn_gate_shexp"}, {"mlp.shared_experts.up_proj", "ffn_up_shexp"},
-      {"mlp.shared_experts.down_proj", "ffn_down_shexp"}, {"mlp.gate.e_score_correction", "exp_probs_b"}};
+  static const std::map<std::string, std::string> mla{{"self_attn.q_a_proj", "attn_q_a"},
+                                                      {"self_attn.q_a_layernorm", "attn_q_a_norm"},
+                                                      {"self_attn.q_b_proj", "attn_q_b"},
+                                                      {"self_attn.kv_a_proj_with_mqa", "attn_kv_a_mqa"},
+                                                      {"self_attn.kv_a_layernorm", "attn_kv_a_norm"},
+                                                      {"mlp.shared_experts.gate_proj", "ffn_gate_shexp"},
+                                                      {"mlp.shared_experts.up_proj", "ffn_up_shexp"},
+                                                      {"mlp.shared_experts.down_proj", "ffn_down_shexp"},
+                                                      {"mlp.gate.e_score_correction", "exp_probs_b"}};
   static const std::regex layer_re(R"(model\.layers\.(\d+)\.(.+)[._](weight|bias))");
   static const std::regex top_re(R"((.+)\.(weight|bias))");
   TensorPlan p;
@@ -531,7 +600,8 @@ TensorPlan tensor_plan(const Arch& arch, const json& config, const std::string& 
   // A family whose layers are not model.layers.N (Falcon's transformer.h.N): its prefix read as
   // model.layers.'s (and only its: model.layers.N is no layer of such a family).
   std::string as_model_layers;
-  if (arch.layer_prefix && key.rfind(arch.layer_prefix, 0) == 0) as_model_layers = "model.layers." + key.substr(std::strlen(arch.layer_prefix));
+  if (arch.layer_prefix && key.rfind(arch.layer_prefix, 0) == 0)
+    as_model_layers = "model.layers." + key.substr(std::strlen(arch.layer_prefix));
   const std::string& layer_key = arch.layer_prefix ? as_model_layers : key;
   if (std::regex_match(layer_key, m, layer_re)) {
     // A "_bias" ending only for e_score_correction_bias (mapped to .bias, as the converter's
@@ -545,24 +615,30 @@ TensorPlan tensor_plan(const Arch& arch, const json& config, const std::string& 
     if (auto it = layer.find(m[2]); !gname && it != layer.end() && !underscore) gname = &it->second;
     // Glm4MoeModel: DeepSeek's shared experts and e_score_correction_bias, not its MLA.
     const bool glm = arch.name == "glm4moe";
-    if (auto it = mla.find(m[2]); !gname && (arch.name == "deepseek2" || (glm && m[2].str().rfind("self_attn.", 0) != 0)) &&
+    if (auto it = mla.find(m[2]); !gname &&
+                                  (arch.name == "deepseek2" || (glm && m[2].str().rfind("self_attn.", 0) != 0)) &&
                                   it != mla.end() && (!underscore || it->second == "exp_probs_b"))
       gname = &it->second;
     // Glm4MoeModel's MTP (nextn) layers, past num_hidden_layers: a decoder layer's tensors named as
     // any layer's, and these (gguf-py's NEXTN_* names, in that block).
-    static const std::map<std::string, std::string> nextn{
-        {"eh_proj", "nextn.eh_proj"}, {"embed_tokens", "nextn.embed_tokens"}, {"enorm", "nextn.enorm"},
-        {"hnorm", "nextn.hnorm"}, {"shared_head.head", "nextn.shared_head_head"}, {"shared_head.norm", "nextn.shared_head_norm"}};
-    if (auto it = nextn.find(m[2]); !gname && glm && !underscore && it != nextn.end() && int_of(config, "num_hidden_layers") >= 0 &&
-        std::stoll(m[1]) >= int_of(config, "num_hidden_layers"))
+    static const std::map<std::string, std::string> nextn{{"eh_proj", "nextn.eh_proj"},
+                                                          {"embed_tokens", "nextn.embed_tokens"},
+                                                          {"enorm", "nextn.enorm"},
+                                                          {"hnorm", "nextn.hnorm"},
+                                                          {"shared_head.head", "nextn.shared_head_head"},
+                                                          {"shared_head.norm", "nextn.shared_head_norm"}};
+    if (auto it = nextn.find(m[2]); !gname && glm && !underscore && it != nextn.end() &&
+                                    int_of(config, "num_hidden_layers") >= 0 &&
+                                    std::stoll(m[1]) >= int_of(config, "num_hidden_layers"))
       gname = &it->second;
     bool qk_norm = gname && (*gname == "attn_q_norm" || *gname == "attn_k_norm");
     bool router = gname && *gname == "ffn_gate_inp";
     if (gname && (!qk_norm || own || arch.name == "qwen3" || arch.name == "qwen3moe" || glm) &&
-        (!router || ((arch.experts == Arch::Experts::Qwen || arch.experts == Arch::Experts::Deepseek) ? m[2] == "mlp.gate"
-                     : arch.experts == Arch::Experts::GptOss ? m[2] == "mlp.router"
-                                                             : arch.experts == Arch::Experts::Mixtral &&
-                                                                   (m[2] == "block_sparse_moe.gate" || m[2] == "mlp.gate")))) {
+        (!router ||
+         ((arch.experts == Arch::Experts::Qwen || arch.experts == Arch::Experts::Deepseek) ? m[2] == "mlp.gate"
+          : arch.experts == Arch::Experts::GptOss
+              ? m[2] == "mlp.router"
+              : arch.experts == Arch::Experts::Mixtral && (m[2] == "block_sparse_moe.gate" || m[2] == "mlp.gate")))) {
       // GLM4_MOE and GPT_OSS have no ffn_norm: post_attention_layernorm is their post_attention_norm.
       const bool post = *gname == "ffn_norm" && (glm || arch.name == "gpt-oss");
       p.name = "blk." + m[1].str() + "." + (post ? std::string("post_attention_norm") : *gname) + "." + m[3].str();
@@ -573,17 +649,19 @@ TensorPlan tensor_plan(const Arch& arch, const json& config, const std::string& 
     if (arch.top_names) {
       if (auto it = arch.top_names->find(m[1]); it != arch.top_names->end()) p.name = it->second + "." + m[2].str();
     }
-    if (auto it = top.find(m[1]); p.name.empty() && it != top.end() && (m[2] == "weight" || it->second == "output_norm") &&
+    if (auto it = top.find(m[1]); p.name.empty() && it != top.end() &&
+                                  (m[2] == "weight" || it->second == "output_norm") &&
                                   !(arch.no_head && it->second == "output") && !arch.top_names)
       p.name = it->second + "." + m[2].str();
   }
   if (p.name.empty())
-    throw UnsupportedError(Where(where, std::nullopt, key), "'" + key + "' has no tensor in llama.cpp's " + arch.name +
-                                                  " table (gguf-py's tensor_mapping) as dcpctl writes it");
+    throw UnsupportedError(Where(where, std::nullopt, key),
+                           "'" + key + "' has no tensor in llama.cpp's " + arch.name +
+                               " table (gguf-py's tensor_mapping) as dcpctl writes it");
   p.shape = shape;
   p.type = type_of(p.name, shape, out);
-  if (static const std::string norm = "norm.weight";
-      arch.norm_shift != 0 && key.size() >= norm.size() && key.compare(key.size() - norm.size(), norm.size(), norm) == 0)
+  if (static const std::string norm = "norm.weight"; arch.norm_shift != 0 && key.size() >= norm.size() &&
+                                                     key.compare(key.size() - norm.size(), norm.size(), norm) == 0)
     p.shift = arch.norm_shift;
   if (arch.falcon_qkv && module == "self_attention.query_key_value") falcon_qkv_plan(p, config, key, m[3], where);
   if (arch.permute_qk && (module == "self_attn.q_proj" || module == "self_attn.k_proj")) {
@@ -591,8 +669,9 @@ TensorPlan tensor_plan(const Arch& arch, const json& config, const std::string& 
     int64_t kv = int_of(config, "num_key_value_heads");
     p.permute_heads = module == "self_attn.k_proj" && kv > 0 ? kv : heads;
     if (shape.empty() || p.permute_heads <= 0 || shape[0] % (2 * p.permute_heads) != 0)
-      throw UnsupportedError(Where(where, std::nullopt, key), "'" + key + "' has rows that are not 2 x " + std::to_string(p.permute_heads) +
-                                                    " heads: the Q/K permutation llama.cpp applies cannot be made");
+      throw UnsupportedError(Where(where, std::nullopt, key),
+                             "'" + key + "' has rows that are not 2 x " + std::to_string(p.permute_heads) +
+                                 " heads: the Q/K permutation llama.cpp applies cannot be made");
   }
   return p;
 }
@@ -612,7 +691,10 @@ std::vector<uint8_t> permute_rows(const uint8_t* data, int64_t rows, int64_t col
 
 std::vector<float> llama3_rope_factors(const json& config) {
   json rope = rope_params(config);
-  auto num = [&](const char* k, double d) { json v = rope.value(k, json()); return v.is_number() ? v.get<double>() : d; };
+  auto num = [&](const char* k, double d) {
+    json v = rope.value(k, json());
+    return v.is_number() ? v.get<double>() : d;
+  };
   // Python floats (double) wherever the converter's arithmetic is on Python numbers, float32 where
   // it is on torch tensors (a Python number there is made float32 first, and `x / t` is
   // `t.reciprocal() * x`, Tensor.__rtruediv__).
@@ -632,7 +714,8 @@ std::vector<float> llama3_rope_factors(const json& config) {
     } else if (wavelen > static_cast<float>(low_wavelen)) {
       out.push_back(static_cast<float>(factor));
     } else {
-      float smooth = ((1.0f / wavelen) * static_cast<float>(old) - static_cast<float>(low)) / static_cast<float>(high - low);
+      float smooth =
+          ((1.0f / wavelen) * static_cast<float>(old) - static_cast<float>(low)) / static_cast<float>(high - low);
       float denom = (1.0f - smooth) / static_cast<float>(factor) + smooth;
       out.push_back((1.0f / denom) * 1.0f);
     }
@@ -640,8 +723,8 @@ std::vector<float> llama3_rope_factors(const json& config) {
   return out;
 }
 
-std::vector<TensorPlan> plan_tensors(const Arch& arch, const json& config, const std::vector<Input>& inputs, OutType out,
-                                     const std::string& where) {
+std::vector<TensorPlan> plan_tensors(const Arch& arch, const json& config, const std::vector<Input>& inputs,
+                                     OutType out, const std::string& where) {
   std::vector<TensorPlan> plans;
   if (arch.llama_model) {  // LlamaModel.generate_extra_tensors
     json rope = rope_params(config);
@@ -660,15 +743,21 @@ std::vector<TensorPlan> plan_tensors(const Arch& arch, const json& config, const
   }
   // Experts: Qwen2MoeModel's mlp.experts.X.{down,gate,up}_proj, LlamaModel's (Mixtral)
   // block_sparse_moe.experts.X.{w1,w2,w3}; each layer's stacked when it has all of them.
-  static const std::regex qwen_re(R"(model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.(down_proj|gate_proj|up_proj)\.weight)");
+  static const std::regex qwen_re(
+      R"(model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.(down_proj|gate_proj|up_proj)\.weight)");
   static const std::regex mixtral_re(R"(model\.layers\.(\d+)\.block_sparse_moe\.experts\.(\d+)\.(w1|w2|w3)\.weight)");
   const bool qwen = arch.experts == Arch::Experts::Qwen || arch.experts == Arch::Experts::Deepseek;
   const std::vector<std::pair<std::string, std::string>> order =
-      qwen ? std::vector<std::pair<std::string, std::string>>{{"down_proj", "ffn_down_exps"}, {"gate_proj", "ffn_gate_exps"}, {"up_proj", "ffn_up_exps"}}
-           : std::vector<std::pair<std::string, std::string>>{{"w1", "ffn_gate_exps"}, {"w2", "ffn_down_exps"}, {"w3", "ffn_up_exps"}};
+      qwen ? std::vector<std::pair<std::string, std::string>>{{"down_proj", "ffn_down_exps"},
+                                                              {"gate_proj", "ffn_gate_exps"},
+                                                              {"up_proj", "ffn_up_exps"}}
+           : std::vector<std::pair<std::string, std::string>>{
+                 {"w1", "ffn_gate_exps"}, {"w2", "ffn_down_exps"}, {"w3", "ffn_up_exps"}};
   int64_t n_experts = 0;
   if (arch.experts != Arch::Experts::None) {
-    const char* what = arch.experts == Arch::Experts::Deepseek ? "n_routed_experts" : qwen ? "num_experts" : "num_local_experts";
+    const char* what = arch.experts == Arch::Experts::Deepseek ? "n_routed_experts"
+                       : qwen                                  ? "num_experts"
+                                                               : "num_local_experts";
     json n = arch.experts == Arch::Experts::Deepseek ? config.value("n_routed_experts", json())
              : qwen                                  ? find_hparam(config, {"num_local_experts", "num_experts"})
                                                      : config.value("num_local_experts", json());
@@ -678,9 +767,11 @@ std::vector<TensorPlan> plan_tensors(const Arch& arch, const json& config, const
   }
   std::map<int64_t, std::map<std::pair<std::string, int64_t>, size_t>> pending;  // layer -> (proj, expert) -> input
   std::map<int64_t, std::map<std::string, size_t>> fused;  // layer -> gate_up_proj / down_proj -> input
-  std::map<std::pair<int64_t, std::string>, size_t> mx_blocks;  // (layer, gate_up_proj / down_proj) -> its _blocks input
+  std::map<std::pair<int64_t, std::string>, size_t>
+      mx_blocks;                   // (layer, gate_up_proj / down_proj) -> its _blocks input
   std::vector<TensorPlan> extras;  // written before the others (GPT-OSS's MXFP4 experts, packed FP4 weights)
-  std::map<std::pair<int64_t, std::string>, std::map<int64_t, size_t>> packed_experts;  // (layer, proj) -> expert -> input
+  std::map<std::pair<int64_t, std::string>, std::map<int64_t, size_t>>
+      packed_experts;  // (layer, proj) -> expert -> input
   static const std::regex layer_re(R"(model\.layers\.(\d+)\..*)");
   const bool deepseek = arch.name == "deepseek2";
   const int64_t layers = int_of(config, "num_hidden_layers");
@@ -694,23 +785,30 @@ std::vector<TensorPlan> plan_tensors(const Arch& arch, const json& config, const
       // Experts (mlp.experts.X.{gate,up,down}_proj): stacked per layer and projection where the
       // last of them comes (_flush_nvfp4_experts), their factors one per expert (F32 [experts],
       // written unless all within np.allclose of 1).
-      static const std::regex packed_expert(R"(model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight)");
+      static const std::regex packed_expert(
+          R"(model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight)");
       if (std::regex_match(in.key, m, packed_expert)) {
         const json n = find_hparam(config, {"num_local_experts", "num_experts"});
-        if (in.packed != TensorType::NVFP4 || !n.is_number_integer() || n.get<int64_t>() <= 0 || std::stoll(m[2]) >= n.get<int64_t>())
-          throw UnsupportedError(Where(where, std::nullopt, in.key), "'" + in.key + "' is a packed FP4 expert: dcpctl stacks NVFP4 experts "
-                                                                  "(expert ids below config.json's num_local_experts / num_experts) only");
+        if (in.packed != TensorType::NVFP4 || !n.is_number_integer() || n.get<int64_t>() <= 0 ||
+            std::stoll(m[2]) >= n.get<int64_t>())
+          throw UnsupportedError(Where(where, std::nullopt, in.key),
+                                 "'" + in.key +
+                                     "' is a packed FP4 expert: dcpctl stacks NVFP4 experts "
+                                     "(expert ids below config.json's num_local_experts / num_experts) only");
         auto& group = packed_experts[{std::stoll(m[1]), m[3].str()}];
         group[std::stoll(m[2])] = i;
         if (static_cast<int64_t>(group.size()) < n.get<int64_t>()) continue;
-        static const std::map<std::string, std::string> names{{"gate_proj", "ffn_gate_exps"}, {"up_proj", "ffn_up_exps"}, {"down_proj", "ffn_down_exps"}};
+        static const std::map<std::string, std::string> names{
+            {"gate_proj", "ffn_gate_exps"}, {"up_proj", "ffn_up_exps"}, {"down_proj", "ffn_down_exps"}};
         TensorPlan p;
         const std::string stem = "blk." + m[1].str() + "." + names.at(m[3]);
         p.name = stem + ".weight";
         std::vector<float> scale2, input_scale;
         for (const auto& [x, k] : group) {
           if (inputs[k].shape != inputs[group.begin()->second].shape)
-            throw UnsupportedError(Where(where, std::nullopt, inputs[k].key), "'" + inputs[k].key + "' is not of the shape of expert 0's: the experts cannot be stacked");
+            throw UnsupportedError(
+                Where(where, std::nullopt, inputs[k].key),
+                "'" + inputs[k].key + "' is not of the shape of expert 0's: the experts cannot be stacked");
           p.inputs.push_back(k);
           scale2.push_back(inputs[k].scale2), input_scale.push_back(inputs[k].input_scale);
         }
@@ -718,8 +816,10 @@ std::vector<TensorPlan> plan_tensors(const Arch& arch, const json& config, const
         p.packed = true;
         p.type = TensorType::NVFP4;
         extras.push_back(std::move(p));
-        for (const auto& [v, suffix] : std::initializer_list<std::pair<const std::vector<float>*, const char*>>{{&scale2, ".scale"}, {&input_scale, ".input_scale"}})
-          if (std::any_of(v->begin(), v->end(), [](float f) { return !(std::abs(static_cast<double>(f) - 1.0) <= 1e-6 + 1e-5); })) {
+        for (const auto& [v, suffix] : std::initializer_list<std::pair<const std::vector<float>*, const char*>>{
+                 {&scale2, ".scale"}, {&input_scale, ".input_scale"}})
+          if (std::any_of(v->begin(), v->end(),
+                          [](float f) { return !(std::abs(static_cast<double>(f) - 1.0) <= 1e-6 + 1e-5); })) {
             TensorPlan s;
             s.name = stem + suffix;
             s.values = *v;
@@ -732,13 +832,15 @@ std::vector<TensorPlan> plan_tensors(const Arch& arch, const json& config, const
       }
       TensorPlan p = tensor_plan(arch, config, in.key, in.shape, out, where);
       if (p.name.size() < 7 || p.name.compare(p.name.size() - 7, 7, ".weight") != 0 || in.shape.size() != 2)
-        throw UnsupportedError(Where(where, std::nullopt, in.key), "'" + in.key + "' is packed FP4 but not a 2-D weight: not written into a GGUF");
+        throw UnsupportedError(Where(where, std::nullopt, in.key),
+                               "'" + in.key + "' is packed FP4 but not a 2-D weight: not written into a GGUF");
       p.inputs = {i};
       p.packed = true;
       p.type = in.packed;
       const std::string stem = p.name.substr(0, p.name.size() - 7);
       extras.push_back(std::move(p));
-      for (const auto& [v, suffix] : std::initializer_list<std::pair<float, const char*>>{{in.scale2, ".scale"}, {in.input_scale, ".input_scale"}})
+      for (const auto& [v, suffix] : std::initializer_list<std::pair<float, const char*>>{
+               {in.scale2, ".scale"}, {in.input_scale, ".input_scale"}})
         if (!(std::abs(static_cast<double>(v) - 1.0) < 1e-6)) {
           TensorPlan s;
           s.name = stem + suffix;
@@ -750,11 +852,15 @@ std::vector<TensorPlan> plan_tensors(const Arch& arch, const json& config, const
       continue;
     }
     // the family's filter_tensors; a tied head where the family has none (a trainer's copy)
-    if (in.key == "lm_head.weight" && (arch.drop_head || (arch.no_head && config.value("tie_word_embeddings", false)))) continue;
+    if (in.key == "lm_head.weight" && (arch.drop_head || (arch.no_head && config.value("tie_word_embeddings", false))))
+      continue;
     if (arch.full_vocab && in.key == "model.embed_tokens.weight" &&
         (in.shape.empty() || in.shape[0] != int_of(config, "vocab_size")))
-      throw UnsupportedError(Where(where, std::nullopt, in.key), "'" + in.key + "' has other rows than config.json's vocab_size: the converter cuts "
-                                                              "it to the tokenizer's tokens (" + arch.name + "), which dcpctl does not yet");
+      throw UnsupportedError(Where(where, std::nullopt, in.key),
+                             "'" + in.key +
+                                 "' has other rows than config.json's vocab_size: the converter cuts "
+                                 "it to the tokenizer's tokens (" +
+                                 arch.name + "), which dcpctl does not yet");
     if (deepseek) {
       // DeepseekV2Model.modify_tensors: a tied lm_head and the MTP layers (past
       // num_hidden_layers) are left out.
@@ -765,14 +871,17 @@ std::vector<TensorPlan> plan_tensors(const Arch& arch, const json& config, const
         const int64_t heads = int_of(config, "num_key_value_heads"), nope = int_of(config, "qk_nope_head_dim"),
                       v = int_of(config, "v_head_dim");
         if (heads <= 0 || nope <= 0 || v <= 0 || in.shape.size() != 2 || in.shape[0] != heads * (nope + v))
-          throw UnsupportedError(Where(where, std::nullopt, in.key), "'" + in.key + "' is not num_key_value_heads x (qk_nope_head_dim + v_head_dim) rows: "
-                                                                  "the converter's k_b / v_b split cannot be made");
+          throw UnsupportedError(Where(where, std::nullopt, in.key),
+                                 "'" + in.key +
+                                     "' is not num_key_value_heads x (qk_nope_head_dim + v_head_dim) rows: "
+                                     "the converter's k_b / v_b split cannot be made");
         for (char part : {'k', 'v'}) {
           TensorPlan p;
           p.name = "blk." + m[1].str() + (part == 'k' ? ".attn_k_b.weight" : ".attn_v_b.weight");
           p.inputs = {i};
           p.kv_b = part, p.kv_b_heads = heads, p.kv_b_nope = nope, p.kv_b_v = v;
-          p.shape = part == 'k' ? std::vector<int64_t>{heads, in.shape[1], nope} : std::vector<int64_t>{heads, v, in.shape[1]};
+          p.shape = part == 'k' ? std::vector<int64_t>{heads, in.shape[1], nope}
+                                : std::vector<int64_t>{heads, v, in.shape[1]};
           p.type = type_of(p.name, p.shape, out);
           plans.push_back(std::move(p));
         }
@@ -783,13 +892,15 @@ std::vector<TensorPlan> plan_tensors(const Arch& arch, const json& config, const
     // (tensor_plan names them); one past those has no name in the converter's map.
     if (arch.name == "glm4moe" && std::regex_match(in.key, m, layer_re) && layers >= 0 &&
         std::stoll(m[1]) >= layers + std::max<int64_t>(int_of(config, "num_nextn_predict_layers"), 0))
-      throw UnsupportedError(Where(where, std::nullopt, in.key), "'" + in.key + "' is past config.json's num_hidden_layers " + std::to_string(layers) +
-                                                              " and num_nextn_predict_layers: it has no block in llama.cpp's glm4moe table");
+      throw UnsupportedError(Where(where, std::nullopt, in.key),
+                             "'" + in.key + "' is past config.json's num_hidden_layers " + std::to_string(layers) +
+                                 " and num_nextn_predict_layers: it has no block in llama.cpp's glm4moe table");
     if (arch.experts == Arch::Experts::GptOss) {
       // GptOssModel: self_attn.sinks as attn_sinks.weight; the fused experts split (gate_up_proj:
       // transposed, its even rows the gate, odd the up; down_proj transposed; their biases alike).
       static const std::regex sinks_re(R"(model\.layers\.(\d+)\.self_attn\.sinks)");
-      static const std::regex fused_re(R"(model\.layers\.(\d+)\.mlp\.experts\.(gate_up_proj|down_proj)(_bias|_blocks|_scales)?)");
+      static const std::regex fused_re(
+          R"(model\.layers\.(\d+)\.mlp\.experts\.(gate_up_proj|down_proj)(_bias|_blocks|_scales)?)");
       if (std::regex_match(in.key, m, sinks_re)) {
         TensorPlan p;
         p.name = "blk." + m[1].str() + ".attn_sinks.weight";
@@ -805,20 +916,27 @@ std::vector<TensorPlan> plan_tensors(const Arch& arch, const json& config, const
           // GptOssModel.generate_extra_tensors: each pair repacked at its scales (the blocks come
           // just before them in key order), before every other tensor of the file.
           if (!mxfp4_config(config))
-            throw UnsupportedError(Where(where, std::nullopt, in.key), "'" + in.key + "' is MXFP4 without config.json's quantization_config "
-                                                                    "quant_method mxfp4: not written into a GGUF by dcpctl");
+            throw UnsupportedError(Where(where, std::nullopt, in.key),
+                                   "'" + in.key +
+                                       "' is MXFP4 without config.json's quantization_config "
+                                       "quant_method mxfp4: not written into a GGUF by dcpctl");
           if (suffix == "_blocks") {
             mx_blocks[{std::stoll(m[1]), proj}] = i;
             continue;
           }
           auto b = mx_blocks.find({std::stoll(m[1]), proj});
           if (b == mx_blocks.end())
-            throw UnsupportedError(Where(where, std::nullopt, in.key), "'" + in.key + "' has no " + proj + "_blocks before it: the MXFP4 experts cannot be repacked");
+            throw UnsupportedError(
+                Where(where, std::nullopt, in.key),
+                "'" + in.key + "' has no " + proj + "_blocks before it: the MXFP4 experts cannot be repacked");
           const std::vector<int64_t>& bs = inputs[b->second].shape;
-          if (bs.size() != 4 || bs[3] != 16 || bs[0] != n_experts || in.shape != std::vector<int64_t>(bs.begin(), bs.begin() + 3) ||
+          if (bs.size() != 4 || bs[3] != 16 || bs[0] != n_experts ||
+              in.shape != std::vector<int64_t>(bs.begin(), bs.begin() + 3) ||
               (proj == "gate_up_proj" && bs[1] % 2 != 0))
-            throw UnsupportedError(Where(where, std::nullopt, in.key), "'" + in.key + "' and its blocks are not [" + std::to_string(n_experts) +
-                                                                    " experts, rows, groups] and [experts, rows, groups, 16]: the MXFP4 experts cannot be repacked");
+            throw UnsupportedError(
+                Where(where, std::nullopt, in.key),
+                "'" + in.key + "' and its blocks are not [" + std::to_string(n_experts) +
+                    " experts, rows, groups] and [experts, rows, groups, 16]: the MXFP4 experts cannot be repacked");
           auto add = [&](const std::string& name, char part) {
             TensorPlan p;
             p.name = blk + name + ".weight";
@@ -828,17 +946,20 @@ std::vector<TensorPlan> plan_tensors(const Arch& arch, const json& config, const
             p.type = TensorType::MXFP4;
             extras.push_back(std::move(p));
           };
-          if (proj == "down_proj") add("ffn_down_exps", 0);
-          else add("ffn_gate_exps", 'g'), add("ffn_up_exps", 'u');
+          if (proj == "down_proj")
+            add("ffn_down_exps", 0);
+          else
+            add("ffn_gate_exps", 'g'), add("ffn_up_exps", 'u');
           mx_blocks.erase(b);
           continue;
         }
         const bool bias = suffix == "_bias";
         const size_t dims = bias ? 2 : 3;
         if (in.shape.size() != dims || in.shape[0] != n_experts || (proj == "gate_up_proj" && in.shape.back() % 2 != 0))
-          throw UnsupportedError(Where(where, std::nullopt, in.key), "'" + in.key + "' is not [" + std::to_string(n_experts) + " experts, " +
-                                                                  (bias ? "" : "rows, ") + (proj == "gate_up_proj" ? "2 x ffn" : "cols") +
-                                                                  "]: GPT-OSS's experts cannot be split");
+          throw UnsupportedError(Where(where, std::nullopt, in.key),
+                                 "'" + in.key + "' is not [" + std::to_string(n_experts) + " experts, " +
+                                     (bias ? "" : "rows, ") + (proj == "gate_up_proj" ? "2 x ffn" : "cols") +
+                                     "]: GPT-OSS's experts cannot be split");
         auto add = [&](const std::string& name, char part, bool transpose, std::vector<int64_t> shape) {
           TensorPlan p;
           p.name = blk + name + (bias ? ".bias" : ".weight");
@@ -850,18 +971,22 @@ std::vector<TensorPlan> plan_tensors(const Arch& arch, const json& config, const
         };
         const int64_t e = in.shape[0];
         if (proj == "down_proj") {
-          if (bias) add("ffn_down_exps", 0, false, in.shape);
-          else add("ffn_down_exps", 0, true, {e, in.shape[2], in.shape[1]});
+          if (bias)
+            add("ffn_down_exps", 0, false, in.shape);
+          else
+            add("ffn_down_exps", 0, true, {e, in.shape[2], in.shape[1]});
         } else {
           const int64_t ffn = in.shape.back() / 2;
           for (char part : {'g', 'u'})
-            add(part == 'g' ? "ffn_gate_exps" : "ffn_up_exps", part, false, bias ? std::vector<int64_t>{e, ffn} : std::vector<int64_t>{e, ffn, in.shape[1]});
+            add(part == 'g' ? "ffn_gate_exps" : "ffn_up_exps", part, false,
+                bias ? std::vector<int64_t>{e, ffn} : std::vector<int64_t>{e, ffn, in.shape[1]});
         }
         continue;
       }
     }
     static const std::regex in_memory_re(R"(model\.layers\.(\d+)\.mlp\.experts\.(gate_up_proj|down_proj))");
-    if (arch.experts != Arch::Experts::None && arch.experts != Arch::Experts::GptOss && std::regex_match(in.key, m, in_memory_re)) {
+    if (arch.experts != Arch::Experts::None && arch.experts != Arch::Experts::GptOss &&
+        std::regex_match(in.key, m, in_memory_re)) {
       // transformers' in-memory experts: both of a layer's, then emitted as its experts saved one
       // by one would be (the same place in key order: the experts' keys are adjacent either way).
       const int64_t bid = std::stoll(m[1]);
@@ -871,9 +996,10 @@ std::vector<TensorPlan> plan_tensors(const Arch& arch, const json& config, const
       const Input &gu = inputs[layer.at("gate_up_proj")], &down = inputs[layer.at("down_proj")];
       if (gu.shape.size() != 3 || down.shape.size() != 3 || gu.shape[0] != n_experts || down.shape[0] != n_experts ||
           gu.shape[1] != 2 * down.shape[2] || gu.shape[2] != down.shape[1])
-        throw UnsupportedError(Where(where, std::nullopt, gu.key), "'" + gu.key + "' and its down_proj are not [" + std::to_string(n_experts) +
-                                                                " experts, 2 x ffn, hidden] and [experts, hidden, ffn] (transformers' in-memory "
-                                                                "experts, not transposed): dcpctl does not write them into a GGUF");
+        throw UnsupportedError(Where(where, std::nullopt, gu.key),
+                               "'" + gu.key + "' and its down_proj are not [" + std::to_string(n_experts) +
+                                   " experts, 2 x ffn, hidden] and [experts, hidden, ffn] (transformers' in-memory "
+                                   "experts, not transposed): dcpctl does not write them into a GGUF");
       const int64_t e = gu.shape[0], ffn = down.shape[2], hidden = down.shape[1];
       for (const auto& [proj, gguf_name] : order) {
         TensorPlan p;
@@ -891,8 +1017,9 @@ std::vector<TensorPlan> plan_tensors(const Arch& arch, const json& config, const
     if (arch.experts != Arch::Experts::None && std::regex_match(in.key, m, qwen ? qwen_re : mixtral_re)) {
       int64_t bid = std::stoll(m[1]), xid = std::stoll(m[2]);
       if (xid >= n_experts)
-        throw UnsupportedError(Where(where, std::nullopt, in.key), "'" + in.key + "' is expert " + std::to_string(xid) + " of config.json's " +
-                                                                std::to_string(n_experts));
+        throw UnsupportedError(
+            Where(where, std::nullopt, in.key),
+            "'" + in.key + "' is expert " + std::to_string(xid) + " of config.json's " + std::to_string(n_experts));
       auto& layer = pending[bid];
       layer[{m[3].str(), xid}] = i;
       if (static_cast<int64_t>(layer.size()) < 3 * n_experts) continue;
@@ -902,7 +1029,9 @@ std::vector<TensorPlan> plan_tensors(const Arch& arch, const json& config, const
         for (int64_t x = 0; x < n_experts; ++x) {
           size_t k = layer.at({proj, x});
           if (inputs[k].shape != inputs[layer.at({proj, 0})].shape || inputs[k].shape.size() != 2)
-            throw UnsupportedError(Where(where, std::nullopt, inputs[k].key), "'" + inputs[k].key + "' is not of the shape of expert 0's: the experts cannot be stacked");
+            throw UnsupportedError(
+                Where(where, std::nullopt, inputs[k].key),
+                "'" + inputs[k].key + "' is not of the shape of expert 0's: the experts cannot be stacked");
           p.inputs.push_back(k);
         }
         p.shape = inputs[p.inputs[0]].shape;
@@ -914,35 +1043,43 @@ std::vector<TensorPlan> plan_tensors(const Arch& arch, const json& config, const
       continue;
     }
     if (arch.experts != Arch::Experts::None && in.key.find(".experts.") != std::string::npos)
-      throw UnsupportedError(Where(where, std::nullopt, in.key), "'" + in.key + "' is an expert tensor of a form dcpctl does not write into a GGUF of " +
-                                                              arch.name + " yet (one tensor per expert and projection)");
+      throw UnsupportedError(Where(where, std::nullopt, in.key),
+                             "'" + in.key + "' is an expert tensor of a form dcpctl does not write into a GGUF of " +
+                                 arch.name + " yet (one tensor per expert and projection)");
     TensorPlan p = tensor_plan(arch, config, in.key, in.shape, out, where);
     p.inputs = {i};
     plans.push_back(std::move(p));
   }
   if (!fused.empty()) {
     const auto& [proj, k] = *fused.begin()->second.begin();
-    throw UnsupportedError(Where(where, std::nullopt, inputs[k].key), "'" + inputs[k].key + "' has no " +
-                                                                  (proj == "down_proj" ? "gate_up_proj" : "down_proj") + " beside it: the experts cannot be written");
+    throw UnsupportedError(Where(where, std::nullopt, inputs[k].key),
+                           "'" + inputs[k].key + "' has no " + (proj == "down_proj" ? "gate_up_proj" : "down_proj") +
+                               " beside it: the experts cannot be written");
   }
   if (!pending.empty())
-    throw UnsupportedError(Where(where), "layer " + std::to_string(pending.begin()->first) + " has " + std::to_string(pending.begin()->second.size()) +
-                                             " expert tensors, not config.json's " + std::to_string(n_experts) + " experts x 3");
+    throw UnsupportedError(Where(where), "layer " + std::to_string(pending.begin()->first) + " has " +
+                                             std::to_string(pending.begin()->second.size()) +
+                                             " expert tensors, not config.json's " + std::to_string(n_experts) +
+                                             " experts x 3");
   if (!packed_experts.empty()) {
     const auto& [at, group] = *packed_experts.begin();
     throw UnsupportedError(Where(where, std::nullopt, inputs[group.begin()->second].key),
-                           "layer " + std::to_string(at.first) + "'s NVFP4 " + at.second + " has " + std::to_string(group.size()) +
-                               " experts, not config.json's: they cannot be stacked");
+                           "layer " + std::to_string(at.first) + "'s NVFP4 " + at.second + " has " +
+                               std::to_string(group.size()) + " experts, not config.json's: they cannot be stacked");
   }
   if (!mx_blocks.empty()) {
     const std::string& k = inputs[mx_blocks.begin()->second].key;
-    throw UnsupportedError(Where(where, std::nullopt, k), "'" + k + "' has no _scales after it: the MXFP4 experts cannot be repacked");
+    throw UnsupportedError(Where(where, std::nullopt, k),
+                           "'" + k + "' has no _scales after it: the MXFP4 experts cannot be repacked");
   }
   if (!extras.empty()) {
     // MXFP4 and NVFP4 ggml types are llama-quantize's to requantize: the --pure files are not reproduced here.
-    if (out.type != TensorType::F32 && out.type != TensorType::F16 && out.type != TensorType::BF16 && out.type != TensorType::Q8_0)
-      throw UnsupportedError(Where(where), std::string("--outtype ") + type_name(out.type) + " of MXFP4 or NVFP4 weights (llama-quantize over the converter's file) "
-                                                                                          "is not written by dcpctl: f32, f16, bf16 or q8_0 keep them as they are");
+    if (out.type != TensorType::F32 && out.type != TensorType::F16 && out.type != TensorType::BF16 &&
+        out.type != TensorType::Q8_0)
+      throw UnsupportedError(Where(where),
+                             std::string("--outtype ") + type_name(out.type) +
+                                 " of MXFP4 or NVFP4 weights (llama-quantize over the converter's file) "
+                                 "is not written by dcpctl: f32, f16, bf16 or q8_0 keep them as they are");
     plans.insert(plans.begin(), std::make_move_iterator(extras.begin()), std::make_move_iterator(extras.end()));
   }
   return plans;
@@ -951,7 +1088,8 @@ std::vector<TensorPlan> plan_tensors(const Arch& arch, const json& config, const
 std::string sort_key(const Arch& arch, const std::string& key) {
   static const std::regex mixtral_mlp(R"((model\.layers\.\d+\.)mlp\.((?:experts|gate)\..*))");
   std::smatch m;
-  if (arch.experts == Arch::Experts::Mixtral && std::regex_match(key, m, mixtral_mlp)) return m[1].str() + "block_sparse_moe." + m[2].str();
+  if (arch.experts == Arch::Experts::Mixtral && std::regex_match(key, m, mixtral_mlp))
+    return m[1].str() + "block_sparse_moe." + m[2].str();
   return key;
 }
 
@@ -1020,7 +1158,8 @@ std::string size_label(const std::vector<TensorPlan>& tensors) {
     uint64_t size = 1;
     for (int64_t d : t.shape) size *= static_cast<uint64_t>(d);
     if (t.name.find("_exps.") != std::string::npos && t.shape.size() >= 3) {
-      uint64_t count = static_cast<uint64_t>(t.shape[t.name.find(".bias") != std::string::npos ? t.shape.size() - 2 : t.shape.size() - 3]);
+      uint64_t count = static_cast<uint64_t>(
+          t.shape[t.name.find(".bias") != std::string::npos ? t.shape.size() - 2 : t.shape.size() - 3]);
       expert += size / count, expert_sum += count, ++n_expert_tensors;
     } else {
       shared += size;
@@ -1036,10 +1175,14 @@ std::string size_label(const std::vector<TensorPlan>& tensors) {
 std::string size_label(uint64_t params) {
   double n = static_cast<double>(params), scaled;
   const char* suffix;
-  if (n > 1e12) scaled = n * 1e-12, suffix = "T";
-  else if (n > 1e9) scaled = n * 1e-9, suffix = "B";
-  else if (n > 1e6) scaled = n * 1e-6, suffix = "M";
-  else scaled = n * 1e-3, suffix = "K";
+  if (n > 1e12)
+    scaled = n * 1e-12, suffix = "T";
+  else if (n > 1e9)
+    scaled = n * 1e-9, suffix = "B";
+  else if (n > 1e6)
+    scaled = n * 1e-6, suffix = "M";
+  else
+    scaled = n * 1e-3, suffix = "K";
   // fix = max(min_digits - len(str(round(scaled)).lstrip('0')), 0); Python's round is half to even.
   std::string digits = std::to_string(static_cast<long long>(std::nearbyint(scaled)));
   digits.erase(0, digits.find_first_not_of('0') == std::string::npos ? digits.size() : digits.find_first_not_of('0'));
@@ -1075,8 +1218,10 @@ std::string id_to_title(const std::string& id) {
     word.clear();
   };
   for (char c : s) {
-    if (std::isspace(static_cast<unsigned char>(c))) flush();
-    else word += c;
+    if (std::isspace(static_cast<unsigned char>(c)))
+      flush();
+    else
+      word += c;
   }
   flush();
   return out;
@@ -1103,13 +1248,14 @@ uint32_t file_type_of(const Arch& arch, const json& config, OutType out) {
 
 }  // namespace
 
-void add_model_keys(Header& h, const Arch& arch, const json& config, const std::string& name, const std::string& label, OutType out,
-                    const std::string& where) {
+void add_model_keys(Header& h, const Arch& arch, const json& config, const std::string& name, const std::string& label,
+                    OutType out, const std::string& where) {
   const std::string& a = arch.name;
   const bool moe = arch.experts != Arch::Experts::None;
   for (const char* k : {"num_local_experts", "num_experts", "n_routed_experts"})
     if (!moe && config.contains(k) && !config[k].is_null())
-      throw UnsupportedError(Where(where), std::string("config.json's ") + k + " is not written into a GGUF of " + a + " by dcpctl");
+      throw UnsupportedError(Where(where),
+                             std::string("config.json's ") + k + " is not written into a GGUF of " + a + " by dcpctl");
   if (arch.keys) {  // the family's own set_gguf_parameters
     add_general_keys(h, a, name, label);
     arch.keys(h, a, config, file_type_of(arch, config, out), where);
@@ -1122,28 +1268,36 @@ void add_model_keys(Header& h, const Arch& arch, const json& config, const std::
   const json nextn = glm ? config.value("num_nextn_predict_layers", json()) : json();
   if (!nextn.is_null() && !(nextn.is_number_integer() && nextn.get<int64_t>() >= 0))
     throw UnsupportedError(Where(where), "config.json's num_nextn_predict_layers " + nextn.dump() + " is not a count");
-  for (const char* k : {"layer_norm_eps", "layer_norm_epsilon", "norm_epsilon", "mrope_section", "shared_expert_intermediate_size"})
-    if (config.contains(k) && !config[k].is_null() && !(arch.layer_norm && std::string(k).find("eps") != std::string::npos))
-      throw UnsupportedError(Where(where), std::string("config.json's ") + k + " is not written into a GGUF by dcpctl yet");
+  for (const char* k :
+       {"layer_norm_eps", "layer_norm_epsilon", "norm_epsilon", "mrope_section", "shared_expert_intermediate_size"})
+    if (config.contains(k) && !config[k].is_null() &&
+        !(arch.layer_norm && std::string(k).find("eps") != std::string::npos))
+      throw UnsupportedError(Where(where),
+                             std::string("config.json's ") + k + " is not written into a GGUF by dcpctl yet");
   // Expert groups and the router's score function: DeepSeek's and GLM's only, here.
-  for (const char* k : {"n_group", "topk_group", "score_function", "scoring_func", "score_func", "moe_router_activation",
-                        "moe_router_activation_func", "expert_selection_fn"})
+  for (const char* k : {"n_group", "topk_group", "score_function", "scoring_func", "score_func",
+                        "moe_router_activation", "moe_router_activation_func", "expert_selection_fn"})
     if (!deepseek && !glm && config.contains(k) && !config[k].is_null())
-      throw UnsupportedError(Where(where), std::string("config.json's ") + k + " is not written into a GGUF by dcpctl yet");
+      throw UnsupportedError(Where(where),
+                             std::string("config.json's ") + k + " is not written into a GGUF by dcpctl yet");
   json rope = rope_params(config);
   if (rope.contains("full_attention") || rope.contains("sliding_attention") || rope.contains("mrope_section"))
-    throw UnsupportedError(Where(where), "config.json's per-attention rope parameters are not written into a GGUF by dcpctl yet");
+    throw UnsupportedError(Where(where),
+                           "config.json's per-attention rope parameters are not written into a GGUF by dcpctl yet");
   std::string rope_type;
   if (auto t = rope.find("rope_type"); t != rope.end() && !t->is_null()) {
     rope_type = t->is_string() ? t->get<std::string>() : t->dump();
-    bool llama3 = t->is_string() && rope_type.size() == 6 && std::equal(rope_type.begin(), rope_type.end(), "llama3",
-                                                                        [](char x, char y) { return std::tolower(static_cast<unsigned char>(x)) == y; });
+    bool llama3 = t->is_string() && rope_type.size() == 6 &&
+                  std::equal(rope_type.begin(), rope_type.end(), "llama3",
+                             [](char x, char y) { return std::tolower(static_cast<unsigned char>(x)) == y; });
     if (!(rope_type == "default" || rope_type == "linear" || rope_type == "yarn" || (llama3 && arch.llama_model)))
-      throw UnsupportedError(Where(where), "config.json's rope type '" + rope_type + "' is not written into a GGUF of " + a +
-                                               " by dcpctl (default, linear, yarn" + (arch.llama_model ? ", llama3)" : ")"));
+      throw UnsupportedError(Where(where),
+                             "config.json's rope type '" + rope_type + "' is not written into a GGUF of " + a +
+                                 " by dcpctl (default, linear, yarn" + (arch.llama_model ? ", llama3)" : ")"));
   }
   add_general_keys(h, a, name, label);
-  h.add_u32(a + ".block_count", static_cast<uint32_t>(need_int(config, "num_hidden_layers", where) + (nextn.is_null() ? 0 : nextn.get<int64_t>())));
+  h.add_u32(a + ".block_count", static_cast<uint32_t>(need_int(config, "num_hidden_layers", where) +
+                                                      (nextn.is_null() ? 0 : nextn.get<int64_t>())));
   // CommandR2Model takes model_max_length first (max_position_embeddings is not what it was trained on).
   if (json v = arch.context_model_max_length ? find_hparam(config, {"model_max_length", "max_position_embeddings"})
                                              : config.value("max_position_embeddings", json());
@@ -1151,21 +1305,25 @@ void add_model_keys(Header& h, const Arch& arch, const json& config, const std::
     h.add_u32(a + ".context_length", v.get<uint32_t>());
   int64_t hidden = need_int(config, "hidden_size", where);
   h.add_u32(a + ".embedding_length", static_cast<uint32_t>(hidden));
-  if (int64_t v = int_of(config, "intermediate_size"); v >= 0) h.add_u32(a + ".feed_forward_length", static_cast<uint32_t>(v));
+  if (int64_t v = int_of(config, "intermediate_size"); v >= 0)
+    h.add_u32(a + ".feed_forward_length", static_cast<uint32_t>(v));
   int64_t heads = need_int(config, "num_attention_heads", where);
   h.add_u32(a + ".attention.head_count", static_cast<uint32_t>(heads));
   // DeepseekV2Model: MLA is written as MQA (one KV head).
-  if (int64_t v = deepseek ? 1 : int_of(config, "num_key_value_heads"); v >= 0) h.add_u32(a + ".attention.head_count_kv", static_cast<uint32_t>(v));
+  if (int64_t v = deepseek ? 1 : int_of(config, "num_key_value_heads"); v >= 0)
+    h.add_u32(a + ".attention.head_count_kv", static_cast<uint32_t>(v));
   // The rope scaling keys (TextModel.set_gguf_parameters): linear and yarn with a factor; llama3
   // is the rope_freqs tensor instead (plan_tensors).
   if (json factor = rope.value("factor", json()); (rope_type == "linear" || rope_type == "yarn") && !factor.is_null()) {
-    if (!factor.is_number()) throw UnsupportedError(Where(where), "config.json's rope factor " + factor.dump() + " is not a number");
+    if (!factor.is_number())
+      throw UnsupportedError(Where(where), "config.json's rope factor " + factor.dump() + " is not a number");
     h.add_string(a + ".rope.scaling.type", rope_type);
     h.add_f32(a + ".rope.scaling.factor", factor.get<float>());
     if (rope_type == "yarn") {
       json orig = rope.value("original_max_position_embeddings", json());
       if (!orig.is_number_integer() || orig.get<int64_t>() < 0)
-        throw UnsupportedError(Where(where), "a yarn rope needs original_max_position_embeddings (the converter fails without it)");
+        throw UnsupportedError(Where(where),
+                               "a yarn rope needs original_max_position_embeddings (the converter fails without it)");
       h.add_u32(a + ".rope.scaling.original_context_length", orig.get<uint32_t>());
       json attn = rope.contains("attention_factor") ? rope["attention_factor"] : rope.value("attn_factor", json());
       for (auto [key, v] : {std::pair<const char*, json>{"yarn_ext_factor", rope.value("extrapolation_factor", json())},
@@ -1173,37 +1331,47 @@ void add_model_keys(Header& h, const Arch& arch, const json& config, const std::
                             {"yarn_beta_fast", rope.value("beta_fast", json())},
                             {"yarn_beta_slow", rope.value("beta_slow", json())}}) {
         if (v.is_null()) continue;
-        if (!v.is_number()) throw UnsupportedError(Where(where), std::string("config.json's rope ") + key + " " + v.dump() + " is not a number");
+        if (!v.is_number())
+          throw UnsupportedError(Where(where),
+                                 std::string("config.json's rope ") + key + " " + v.dump() + " is not a number");
         h.add_f32(a + ".rope.scaling." + key, v.get<float>());
       }
     }
   }
-  if (json theta = rope.value("rope_theta", json()); theta.is_number()) h.add_f32(a + ".rope.freq_base", theta.get<float>());
+  if (json theta = rope.value("rope_theta", json()); theta.is_number())
+    h.add_f32(a + ".rope.freq_base", theta.get<float>());
   json eps = find_hparam(config, {"rms_norm_eps", "norm_eps"});
   if (deepseek && config.value("rms_norm_eps", json()).is_null()) eps = 1e-6;  // hparams.get('rms_norm_eps', 1e-6)
   if (eps.is_number()) h.add_f32(a + ".attention.layer_norm_rms_epsilon", eps.get<float>());
-  if (json e = find_hparam(config, {"layer_norm_eps", "layer_norm_epsilon", "norm_epsilon"}); arch.layer_norm && e.is_number())
+  if (json e = find_hparam(config, {"layer_norm_eps", "layer_norm_epsilon", "norm_epsilon"});
+      arch.layer_norm && e.is_number())
     h.add_f32(a + ".attention.layer_norm_epsilon", e.get<float>());
   bool expert_count = false;
   if (json n = find_hparam(config, {"num_local_experts", "num_experts", "n_routed_experts"}); n.is_number_integer())
     h.add_u32(a + ".expert_count", n.get<uint32_t>()), expert_count = true;
-  if (json n = find_hparam(config, {"num_experts_per_tok", "num_experts_per_token", "top_k_experts"}); n.is_number_integer())
+  if (json n = find_hparam(config, {"num_experts_per_tok", "num_experts_per_token", "top_k_experts"});
+      n.is_number_integer())
     h.add_u32(a + ".expert_used_count", n.get<uint32_t>());
-  if (json n = config.value("n_group", json()); n.is_number_integer()) h.add_u32(a + ".expert_group_count", n.get<uint32_t>());
-  if (json n = config.value("topk_group", json()); n.is_number_integer()) h.add_u32(a + ".expert_group_used_count", n.get<uint32_t>());
+  if (json n = config.value("n_group", json()); n.is_number_integer())
+    h.add_u32(a + ".expert_group_count", n.get<uint32_t>());
+  if (json n = config.value("topk_group", json()); n.is_number_integer())
+    h.add_u32(a + ".expert_group_used_count", n.get<uint32_t>());
   bool gating = false;
-  if (json f = find_hparam(config, {"score_function", "scoring_func", "score_func", "moe_router_activation", "moe_router_activation_func",
-                                    "expert_selection_fn"});
+  if (json f = find_hparam(config, {"score_function", "scoring_func", "score_func", "moe_router_activation",
+                                    "moe_router_activation_func", "expert_selection_fn"});
       !f.is_null()) {
     static const std::map<std::string, uint32_t> funcs{{"softmax", 1}, {"sigmoid", 2}, {"sqrtsoftplus", 4}};
     auto it = f.is_string() ? funcs.find(f.get<std::string>()) : funcs.end();
-    if (it == funcs.end()) throw UnsupportedError(Where(where), "config.json's expert score function " + f.dump() + " is not one llama.cpp has");
+    if (it == funcs.end())
+      throw UnsupportedError(Where(where),
+                             "config.json's expert score function " + f.dump() + " is not one llama.cpp has");
     // Glm4MoeModel sets sigmoid later, over this one where it stands.
     h.add_u32(a + ".expert_gating_func", glm ? 2 : it->second), gating = true;
   }
   // DeepseekV2Model: key_length kv_lora_rank + qk_rope_head_dim, value_length kv_lora_rank, in the
   // place of head_dim's when config.json has one (gguf-py overwrites a key where it stands).
-  const int64_t kv_lora = deepseek ? (config.value("kv_lora_rank", json()).is_null() ? 512 : need_int(config, "kv_lora_rank", where)) : 0;
+  const int64_t kv_lora =
+      deepseek ? (config.value("kv_lora_rank", json()).is_null() ? 512 : need_int(config, "kv_lora_rank", where)) : 0;
   const int64_t rope_dim = deepseek ? need_int(config, "qk_rope_head_dim", where) : 0;
   int64_t head_dim = arch.no_head_dim ? -1 : int_of(config, "head_dim");  // GraniteModel pops head_dim
   bool lengths = false;
@@ -1215,16 +1383,22 @@ void add_model_keys(Header& h, const Arch& arch, const json& config, const std::
   h.add_u32("general.file_type", file_type_of(arch, config, out));
   if (glm) {  // Glm4MoeModel.set_gguf_parameters
     json pr = rope.value("partial_rotary_factor", json(0.5));
-    if (!pr.is_number()) throw UnsupportedError(Where(where), "config.json's partial_rotary_factor " + pr.dump() + " is not a number");
+    if (!pr.is_number())
+      throw UnsupportedError(Where(where), "config.json's partial_rotary_factor " + pr.dump() + " is not a number");
     const double dim = static_cast<double>(head_dim >= 0 ? head_dim : hidden / heads) * pr.get<double>();
     h.add_u32(a + ".rope.dimension_count", static_cast<uint32_t>(dim));  // int(): toward zero
     // expert_count: written above from n_routed_experts already (gguf-py overwrites it in place).
-    if (json v = config.value("moe_intermediate_size", json()); !v.is_null()) h.add_u32(a + ".expert_feed_forward_length", v.get<uint32_t>());
-    if (json v = config.value("n_shared_experts", json()); !v.is_null()) h.add_u32(a + ".expert_shared_count", v.get<uint32_t>());
-    if (json v = config.value("first_k_dense_replace", json()); !v.is_null()) h.add_u32(a + ".leading_dense_block_count", v.get<uint32_t>());
+    if (json v = config.value("moe_intermediate_size", json()); !v.is_null())
+      h.add_u32(a + ".expert_feed_forward_length", v.get<uint32_t>());
+    if (json v = config.value("n_shared_experts", json()); !v.is_null())
+      h.add_u32(a + ".expert_shared_count", v.get<uint32_t>());
+    if (json v = config.value("first_k_dense_replace", json()); !v.is_null())
+      h.add_u32(a + ".leading_dense_block_count", v.get<uint32_t>());
     if (!gating) h.add_u32(a + ".expert_gating_func", 2);  // sigmoid
-    if (json v = config.value("routed_scaling_factor", json()); !v.is_null()) h.add_f32(a + ".expert_weights_scale", v.get<float>());
-    if (json v = config.value("norm_topk_prob", json()); !v.is_null()) h.add_bool(a + ".expert_weights_norm", v.get<bool>());
+    if (json v = config.value("routed_scaling_factor", json()); !v.is_null())
+      h.add_f32(a + ".expert_weights_scale", v.get<float>());
+    if (json v = config.value("norm_topk_prob", json()); !v.is_null())
+      h.add_bool(a + ".expert_weights_norm", v.get<bool>());
     if (!nextn.is_null()) h.add_u32(a + ".nextn_predict_layers", nextn.get<uint32_t>());
   }
   if (gpt_oss) {  // GptOssModel.set_gguf_parameters
@@ -1234,27 +1408,35 @@ void add_model_keys(Header& h, const Arch& arch, const json& config, const std::
   if (deepseek) {
     const bool has_moe = !config.value("n_routed_experts", json()).is_null();
     json dense = config.value("first_k_dense_replace", json());
-    h.add_u32(a + ".leading_dense_block_count", dense.is_null() ? (has_moe ? 0 : static_cast<uint32_t>(need_int(config, "num_hidden_layers", where)))
-                                                                : dense.get<uint32_t>());
+    h.add_u32(a + ".leading_dense_block_count",
+              dense.is_null() ? (has_moe ? 0 : static_cast<uint32_t>(need_int(config, "num_hidden_layers", where)))
+                              : dense.get<uint32_t>());
     h.add_u32(a + ".vocab_size", static_cast<uint32_t>(need_int(config, "vocab_size", where)));
-    if (json q = config.value("q_lora_rank", json()); !q.is_null()) h.add_u32(a + ".attention.q_lora_rank", q.get<uint32_t>());
+    if (json q = config.value("q_lora_rank", json()); !q.is_null())
+      h.add_u32(a + ".attention.q_lora_rank", q.get<uint32_t>());
     h.add_u32(a + ".attention.kv_lora_rank", static_cast<uint32_t>(kv_lora));
     if (!lengths) {
       h.add_u32(a + ".attention.key_length", static_cast<uint32_t>(kv_lora + rope_dim));
       h.add_u32(a + ".attention.value_length", static_cast<uint32_t>(kv_lora));
     }
-    h.add_u32(a + ".attention.key_length_mla", static_cast<uint32_t>(need_int(config, "qk_nope_head_dim", where) + rope_dim));
+    h.add_u32(a + ".attention.key_length_mla",
+              static_cast<uint32_t>(need_int(config, "qk_nope_head_dim", where) + rope_dim));
     h.add_u32(a + ".attention.value_length_mla", static_cast<uint32_t>(need_int(config, "v_head_dim", where)));
     json ff = find_hparam(config, {"moe_intermediate_size", "intermediate_size"});
-    if (!ff.is_number_integer()) throw UnsupportedError(Where(where), "a GGUF of deepseek2 needs config.json's moe_intermediate_size");
+    if (!ff.is_number_integer())
+      throw UnsupportedError(Where(where), "a GGUF of deepseek2 needs config.json's moe_intermediate_size");
     h.add_u32(a + ".expert_feed_forward_length", ff.get<uint32_t>());
-    if (json n = config.value("n_routed_experts", json()); !n.is_null() && !expert_count) h.add_u32(a + ".expert_count", n.get<uint32_t>());
+    if (json n = config.value("n_routed_experts", json()); !n.is_null() && !expert_count)
+      h.add_u32(a + ".expert_count", n.get<uint32_t>());
     json shared = config.value("n_shared_experts", json(0));
     h.add_u32(a + ".expert_shared_count", shared.is_number_integer() ? shared.get<uint32_t>() : 0);
-    if (json s = config.value("routed_scaling_factor", json()); s.is_number()) h.add_f32(a + ".expert_weights_scale", s.get<float>());
-    if (json n = config.value("norm_topk_prob", json()); n.is_boolean() && n.get<bool>()) h.add_bool(a + ".expert_weights_norm", true);
+    if (json s = config.value("routed_scaling_factor", json()); s.is_number())
+      h.add_f32(a + ".expert_weights_scale", s.get<float>());
+    if (json n = config.value("norm_topk_prob", json()); n.is_boolean() && n.get<bool>())
+      h.add_bool(a + ".expert_weights_norm", true);
     h.add_u32(a + ".rope.dimension_count", static_cast<uint32_t>(rope_dim));
-    if (json m = rope.value("mscale_all_dim", json()); m.is_number()) h.add_f32(a + ".rope.scaling.yarn_log_multiplier", static_cast<float>(0.1 * m.get<double>()));
+    if (json m = rope.value("mscale_all_dim", json()); m.is_number())
+      h.add_f32(a + ".rope.scaling.yarn_log_multiplier", static_cast<float>(0.1 * m.get<double>()));
   }
   if (arch.llama_model) {  // LlamaModel.set_gguf_parameters
     h.add_u32(a + ".vocab_size", static_cast<uint32_t>(need_int(config, "vocab_size", where)));
@@ -1262,7 +1444,8 @@ void add_model_keys(Header& h, const Arch& arch, const json& config, const std::
   }
   if (arch.extra_keys) arch.extra_keys(h, a, config, where);
   if (arch.experts == Arch::Experts::Qwen) {  // Qwen2MoeModel.set_gguf_parameters
-    if (int64_t v = int_of(config, "moe_intermediate_size"); v >= 0) h.add_u32(a + ".expert_feed_forward_length", static_cast<uint32_t>(v));
+    if (int64_t v = int_of(config, "moe_intermediate_size"); v >= 0)
+      h.add_u32(a + ".expert_feed_forward_length", static_cast<uint32_t>(v));
   }
   h.add_u32("general.quantization_version", 2);
 }
@@ -1275,14 +1458,17 @@ std::string token_text(const json& config, const std::string& key) {
   auto it = config.find(key);
   if (it == config.end()) return {};
   if (it->is_string()) return it->get<std::string>();
-  if (it->is_object() && it->contains("content") && (*it)["content"].is_string()) return (*it)["content"].get<std::string>();
+  if (it->is_object() && it->contains("content") && (*it)["content"].is_string())
+    return (*it)["content"].get<std::string>();
   return {};
 }
 
 }  // namespace
 
 bool does_token_look_special(const std::string& t) {
-  auto ends = [&](const std::string& s) { return t.size() >= s.size() && t.compare(t.size() - s.size(), s.size(), s) == 0; };
+  auto ends = [&](const std::string& s) {
+    return t.size() >= s.size() && t.compare(t.size() - s.size(), s.size(), s) == 0;
+  };
   return t == "<pad>" || t == "<mask>" || t == "<2mass>" || t == "[@BOS@]" || (t.rfind("<|", 0) == 0 && ends("|>")) ||
          (t.rfind("<\xef\xbd\x9c", 0) == 0 && ends("\xef\xbd\x9c>")) || (t.rfind("<unused", 0) == 0 && ends(">"));
 }
@@ -1290,12 +1476,14 @@ bool does_token_look_special(const std::string& t) {
 namespace {
 
 std::string special_id(const json& step) {
-  if (step.is_object() && step.contains("SpecialToken") && step["SpecialToken"].contains("id") && step["SpecialToken"]["id"].is_string())
+  if (step.is_object() && step.contains("SpecialToken") && step["SpecialToken"].contains("id") &&
+      step["SpecialToken"]["id"].is_string())
     return step["SpecialToken"]["id"].get<std::string>();
   return {};
 }
 std::string sequence_id(const json& step) {
-  if (step.is_object() && step.contains("Sequence") && step["Sequence"].contains("id") && step["Sequence"]["id"].is_string())
+  if (step.is_object() && step.contains("Sequence") && step["Sequence"].contains("id") &&
+      step["Sequence"]["id"].is_string())
     return step["Sequence"]["id"].get<std::string>();
   return {};
 }
@@ -1306,29 +1494,35 @@ void add_tokenizer_keys(Header& h, const json& config, const json& tok, const js
                         const std::string& where, const std::string& arch) {
   const json& model = tok.contains("model") ? tok["model"] : json();
   if (!model.is_object() || model.value("type", "") != "BPE")
-    throw UnsupportedError(Where(where), "a GGUF output needs a byte-level BPE tokenizer.json (llama.cpp's gpt2 vocabulary); this one is " +
-                                             (model.is_object() ? model.value("type", std::string("untyped")) : std::string("missing")));
+    throw UnsupportedError(
+        Where(where),
+        "a GGUF output needs a byte-level BPE tokenizer.json (llama.cpp's gpt2 vocabulary); this one is " +
+            (model.is_object() ? model.value("type", std::string("untyped")) : std::string("missing")));
   // tokenizer.ggml.pre: the converter's digest (gguf/vocab.h), a name it knows or refused;
   // the tokenizer class transformers loads depends on config.json's model_type too.
   std::string digest = pre_digest(tok, tconf, config, where), pre = pre_name(digest);
   if (pre.empty())
-    throw UnsupportedError(Where(where), "the tokenizer's pre-tokenizer (digest " + digest +
-                                             ") is not one llama.cpp's converter names here (llama-bpe, qwen2, glm4, deepseek-llm, deepseek-coder, gpt-2, "
-                                             "starcoder, command-r): BPE pre-tokenizer was not recognized (tokenizer.ggml.pre)");
+    throw UnsupportedError(Where(where),
+                           "the tokenizer's pre-tokenizer (digest " + digest +
+                               ") is not one llama.cpp's converter names here (llama-bpe, qwen2, glm4, deepseek-llm, "
+                               "deepseek-coder, gpt-2, "
+                               "starcoder, command-r): BPE pre-tokenizer was not recognized (tokenizer.ggml.pre)");
   // Command-R's special tokens are not yet written as the converter writes them: against
   // llama.cpp's own models/ggml-vocab-command-r.gguf (the converter's file of the release's
   // tokenizer) dcpctl's types of ids 255000.. and its unknown/separator/mask ids differ.
   if (pre == "command-r")
-    throw UnsupportedError(Where(where),
-                           "a Command-R tokenizer (tokenizer.ggml.pre command-r) is not written into a GGUF by dcpctl yet: "
-                           "its special tokens' types and ids are not yet the converter's (docs/gguf.md, Tokenizers)");
+    throw UnsupportedError(
+        Where(where),
+        "a Command-R tokenizer (tokenizer.ggml.pre command-r) is not written into a GGUF by dcpctl yet: "
+        "its special tokens' types and ids are not yet the converter's (docs/gguf.md, Tokenizers)");
   const int64_t vocab_size = need_int(config, "vocab_size", where);
   std::vector<std::string> tokens(static_cast<size_t>(vocab_size));
   std::vector<int32_t> types(static_cast<size_t>(vocab_size), 5);  // UNUSED
   std::vector<bool> have(static_cast<size_t>(vocab_size), false);
   auto place = [&](int64_t id, const std::string& text, int32_t type) {
     if (id < 0 || id >= vocab_size)
-      throw UnsupportedError(Where(where), "token " + std::to_string(id) + " is past config.json's vocab_size " + std::to_string(vocab_size));
+      throw UnsupportedError(Where(where), "token " + std::to_string(id) + " is past config.json's vocab_size " +
+                                               std::to_string(vocab_size));
     tokens[id] = text, types[id] = type, have[id] = true;
   };
   for (const auto& [text, id] : model["vocab"].items()) place(id.get<int64_t>(), text, 1);  // NORMAL
@@ -1337,7 +1531,9 @@ void add_tokenizer_keys(Header& h, const json& config, const json& tok, const js
     std::string text = a.value("content", "");
     if (!a.value("special", false) && !does_token_look_special(text)) {
       if (text.find("\xe2\x96\x81") != std::string::npos || !a.value("normalized", true))
-        throw UnsupportedError(Where(where), "added token '" + text + "' (not special, or not normalized) is not written into a GGUF by dcpctl yet");
+        throw UnsupportedError(
+            Where(where),
+            "added token '" + text + "' (not special, or not normalized) is not written into a GGUF by dcpctl yet");
       place(a["id"].get<int64_t>(), text, 4);  // USER_DEFINED
     } else {
       place(a["id"].get<int64_t>(), text, 3);  // CONTROL
@@ -1385,7 +1581,8 @@ void add_special_vocab(Header& h, const json& config, const json& tok, const jso
         std::string joined;
         for (int p = 0; p < 2; ++p) {
           if (p) joined += ' ';
-          for (char c : m[p].get<std::string>()) joined += c == ' ' ? std::string("\xc5\xa0") : std::string(1, c);  // chr(ord(' ') + 256)
+          for (char c : m[p].get<std::string>())
+            joined += c == ' ' ? std::string("\xc5\xa0") : std::string(1, c);  // chr(ord(' ') + 256)
         }
         merges.push_back(joined);
       }
@@ -1415,16 +1612,25 @@ void add_special_vocab(Header& h, const json& config, const json& tok, const jso
       if (type == "ByteLevel") {
         set_add("bos", false, true), set_add("eos", false, true);
       } else if (type == "TemplateProcessing") {
-        if (!tc.is_object()) throw UnsupportedError(Where(where), "a TemplateProcessing tokenizer without tokenizer_config.json is not written into a GGUF by dcpctl yet");
+        if (!tc.is_object())
+          throw UnsupportedError(
+              Where(where),
+              "a TemplateProcessing tokenizer without tokenizer_config.json is not written into a GGUF by dcpctl yet");
         json single = p.value("single", json::array()), pair = p.value("pair", json::array());
         std::string first, last;
         if (single.size() > 1) {
           if (!(first = special_id(single[0])).empty()) {
-            if (first != bos && first != cls) throw UnsupportedError(Where(where), "a template's leading special token '" + first + "' that is not bos_token is not written into a GGUF by dcpctl yet");
+            if (first != bos && first != cls)
+              throw UnsupportedError(Where(where),
+                                     "a template's leading special token '" + first +
+                                         "' that is not bos_token is not written into a GGUF by dcpctl yet");
             set_add("bos", true, false);
           }
           if (!(last = special_id(single.back())).empty()) {
-            if (last != eos) throw UnsupportedError(Where(where), "a template's trailing special token '" + last + "' that is not eos_token is not written into a GGUF by dcpctl yet");
+            if (last != eos)
+              throw UnsupportedError(Where(where),
+                                     "a template's trailing special token '" + last +
+                                         "' that is not eos_token is not written into a GGUF by dcpctl yet");
             set_add("eos", true, false);
           }
         }
@@ -1448,7 +1654,8 @@ void add_special_vocab(Header& h, const json& config, const json& tok, const jso
           }
         }
       } else if (!type.empty()) {
-        throw UnsupportedError(Where(where), "a tokenizer.json post-processor " + type + " is not written into a GGUF by dcpctl yet");
+        throw UnsupportedError(Where(where),
+                               "a tokenizer.json post-processor " + type + " is not written into a GGUF by dcpctl yet");
       }
     }
   }
@@ -1466,7 +1673,8 @@ void add_special_vocab(Header& h, const json& config, const json& tok, const jso
     if (!jinja.empty()) chat_template = jinja;
     if (tc.contains("chat_template")) chat_template = tc["chat_template"];
     if (!chat_template.is_null() && !chat_template.is_string())
-      throw UnsupportedError(Where(where), "a chat_template that is not one string is not written into a GGUF by dcpctl yet");
+      throw UnsupportedError(Where(where),
+                             "a chat_template that is not one string is not written into a GGUF by dcpctl yet");
     for (const char* typ : kTypes) {
       std::string t(typ);
       if (auto e = tc.find("add_" + t + "_token"); e != tc.end() && e->is_boolean()) set_add(t, e->get<bool>(), true);
@@ -1490,15 +1698,16 @@ void add_special_vocab(Header& h, const json& config, const json& tok, const jso
       for (const json& a : added)
         if (a.value("content", "") == text) id = a["id"].get<int64_t>();
       if (id < 0)
-        throw UnsupportedError(Where(where), "a GGUF of glm4moe needs the added token '" + text + "' (the converter's _set_vocab_glm looks it up)");
+        throw UnsupportedError(Where(where), "a GGUF of glm4moe needs the added token '" + text +
+                                                 "' (the converter's _set_vocab_glm looks it up)");
       set_id(typ, id);
     }
   }
   if (!merges.empty()) h.add_strings("tokenizer.ggml.merges", merges);
-  static const std::map<std::string, std::string> id_keys{{"bos", "bos_token_id"}, {"eos", "eos_token_id"}, {"unk", "unknown_token_id"},
-                                                          {"sep", "seperator_token_id"}, {"pad", "padding_token_id"},
-                                                          {"cls", "cls_token_id"}, {"mask", "mask_token_id"},
-                                                          {"eot", "eot_token_id"}, {"eom", "eom_token_id"}};
+  static const std::map<std::string, std::string> id_keys{
+      {"bos", "bos_token_id"},       {"eos", "eos_token_id"},     {"unk", "unknown_token_id"},
+      {"sep", "seperator_token_id"}, {"pad", "padding_token_id"}, {"cls", "cls_token_id"},
+      {"mask", "mask_token_id"},     {"eot", "eot_token_id"},     {"eom", "eom_token_id"}};
   for (const auto& [t, id] : ids)  // GGUFWriter has no add_cls_token_id: add_to_gguf skips it
     if (t != "cls") h.add_u32("tokenizer.ggml." + id_keys.at(t), static_cast<uint32_t>(id));
   for (const auto& [t, v] : add)
@@ -1535,90 +1744,160 @@ const std::vector<FamilyTable>& family_tables() {
       // gemma2.cpp: no output.weight (the embeddings, TENSOR_DUPLICATED).
       {"gemma2",
        {{"token_embd.weight", 'N', 'E', true}, {"output_norm.weight", 'E', 0, true}},
-       {{"attn_norm.weight", 'E', 0, true}, {"attn_output.weight", 'E', 'Q', true}, {"post_attention_norm.weight", 'E', 0, true},
-        {"ffn_norm.weight", 'E', 0, true}, {"ffn_gate.weight", 'F', 'E', true}, {"ffn_up.weight", 'F', 'E', true},
-        {"ffn_down.weight", 'E', 'F', true}, {"post_ffw_norm.weight", 'E', 0, true}},
+       {{"attn_norm.weight", 'E', 0, true},
+        {"attn_output.weight", 'E', 'Q', true},
+        {"post_attention_norm.weight", 'E', 0, true},
+        {"ffn_norm.weight", 'E', 0, true},
+        {"ffn_gate.weight", 'F', 'E', true},
+        {"ffn_up.weight", 'F', 'E', true},
+        {"ffn_down.weight", 'E', 'F', true},
+        {"post_ffw_norm.weight", 'E', 0, true}},
        true},
       // gemma3.cpp: gemma2's and the q/k norms, output.weight optional.
       {"gemma3",
-       {{"token_embd.weight", 'N', 'E', true}, {"output_norm.weight", 'E', 0, true}, {"output.weight", 'N', 'E', false}},
-       {{"attn_norm.weight", 'E', 0, true}, {"attn_output.weight", 'E', 'Q', true}, {"post_attention_norm.weight", 'E', 0, true},
-        {"attn_k_norm.weight", 'H', 0, true}, {"attn_q_norm.weight", 'H', 0, true}, {"ffn_norm.weight", 'E', 0, true},
-        {"ffn_gate.weight", 'F', 'E', true}, {"ffn_up.weight", 'F', 'E', true}, {"ffn_down.weight", 'E', 'F', true},
+       {{"token_embd.weight", 'N', 'E', true},
+        {"output_norm.weight", 'E', 0, true},
+        {"output.weight", 'N', 'E', false}},
+       {{"attn_norm.weight", 'E', 0, true},
+        {"attn_output.weight", 'E', 'Q', true},
+        {"post_attention_norm.weight", 'E', 0, true},
+        {"attn_k_norm.weight", 'H', 0, true},
+        {"attn_q_norm.weight", 'H', 0, true},
+        {"ffn_norm.weight", 'E', 0, true},
+        {"ffn_gate.weight", 'F', 'E', true},
+        {"ffn_up.weight", 'F', 'E', true},
+        {"ffn_down.weight", 'E', 'F', true},
         {"post_ffw_norm.weight", 'E', 0, true}},
        true},
       // granite.cpp (dense): llama's with optional biases.
       {"granite",
-       {{"token_embd.weight", 'N', 'E', true}, {"output_norm.weight", 'E', 0, true}, {"output.weight", 'N', 'E', false},
+       {{"token_embd.weight", 'N', 'E', true},
+        {"output_norm.weight", 'E', 0, true},
+        {"output.weight", 'N', 'E', false},
         {"rope_freqs.weight", 'R', 0, false}},
-       {{"attn_norm.weight", 'E', 0, true}, {"attn_output.weight", 'E', 'Q', true}, {"attn_output.bias", 'E', 0, false},
-        {"ffn_norm.weight", 'E', 0, true}, {"ffn_gate.weight", 'F', 'E', true}, {"ffn_down.weight", 'E', 'F', true},
-        {"ffn_up.weight", 'F', 'E', true}, {"ffn_gate.bias", 'F', 0, false}, {"ffn_down.bias", 'E', 0, false},
+       {{"attn_norm.weight", 'E', 0, true},
+        {"attn_output.weight", 'E', 'Q', true},
+        {"attn_output.bias", 'E', 0, false},
+        {"ffn_norm.weight", 'E', 0, true},
+        {"ffn_gate.weight", 'F', 'E', true},
+        {"ffn_down.weight", 'E', 'F', true},
+        {"ffn_up.weight", 'F', 'E', true},
+        {"ffn_gate.bias", 'F', 0, false},
+        {"ffn_down.bias", 'E', 0, false},
         {"ffn_up.bias", 'F', 0, false}},
        true},
       // olmo2.cpp: q/k norms over the projections; output.weight required.
       {"olmo2",
        {{"token_embd.weight", 'N', 'E', true}, {"output_norm.weight", 'E', 0, true}, {"output.weight", 'N', 'E', true}},
-       {{"attn_output.weight", 'E', 'E', true}, {"attn_q_norm.weight", 'E', 0, true}, {"attn_k_norm.weight", 'K', 0, true},
-        {"post_attention_norm.weight", 'E', 0, true}, {"ffn_gate.weight", 'F', 'E', true}, {"ffn_up.weight", 'F', 'E', true},
-        {"ffn_down.weight", 'E', 'F', true}, {"post_ffw_norm.weight", 'E', 0, true}},
+       {{"attn_output.weight", 'E', 'E', true},
+        {"attn_q_norm.weight", 'E', 0, true},
+        {"attn_k_norm.weight", 'K', 0, true},
+        {"post_attention_norm.weight", 'E', 0, true},
+        {"ffn_gate.weight", 'F', 'E', true},
+        {"ffn_up.weight", 'F', 'E', true},
+        {"ffn_down.weight", 'E', 'F', true},
+        {"post_ffw_norm.weight", 'E', 0, true}},
        true},
       // starcoder2.cpp: LayerNorms with biases, every projection's bias.
       {"starcoder2",
-       {{"token_embd.weight", 'N', 'E', true}, {"output_norm.weight", 'E', 0, true}, {"output_norm.bias", 'E', 0, true},
+       {{"token_embd.weight", 'N', 'E', true},
+        {"output_norm.weight", 'E', 0, true},
+        {"output_norm.bias", 'E', 0, true},
         {"output.weight", 'N', 'E', false}},
-       {{"attn_norm.weight", 'E', 0, true}, {"attn_norm.bias", 'E', 0, true}, {"attn_output.weight", 'E', 'E', true},
-        {"attn_output.bias", 'E', 0, true}, {"ffn_norm.weight", 'E', 0, true}, {"ffn_norm.bias", 'E', 0, true},
-        {"ffn_down.weight", 'E', 'F', true}, {"ffn_up.weight", 'F', 'E', true}, {"ffn_down.bias", 'E', 0, true},
+       {{"attn_norm.weight", 'E', 0, true},
+        {"attn_norm.bias", 'E', 0, true},
+        {"attn_output.weight", 'E', 'E', true},
+        {"attn_output.bias", 'E', 0, true},
+        {"ffn_norm.weight", 'E', 0, true},
+        {"ffn_norm.bias", 'E', 0, true},
+        {"ffn_down.weight", 'E', 'F', true},
+        {"ffn_up.weight", 'F', 'E', true},
+        {"ffn_down.bias", 'E', 0, true},
         {"ffn_up.bias", 'F', 0, true}},
        true},
       // command-r.cpp: the head is the embeddings; q/k norms ([heads, key_length]) from 64 layers.
       {"command-r",
        {{"token_embd.weight", 'N', 'E', true}, {"output_norm.weight", 'E', 0, true}},
-       {{"attn_norm.weight", 'E', 0, true}, {"attn_q_norm.weight", 'A', 'H', true, 64}, {"attn_k_norm.weight", 'B', 'H', true, 64},
-        {"attn_output.weight", 'E', 'E', true}, {"ffn_gate.weight", 'F', 'E', true}, {"ffn_down.weight", 'E', 'F', true},
+       {{"attn_norm.weight", 'E', 0, true},
+        {"attn_q_norm.weight", 'A', 'H', true, 64},
+        {"attn_k_norm.weight", 'B', 'H', true, 64},
+        {"attn_output.weight", 'E', 'E', true},
+        {"ffn_gate.weight", 'F', 'E', true},
+        {"ffn_down.weight", 'E', 'F', true},
         {"ffn_up.weight", 'F', 'E', true}},
        true},
       // falcon.cpp: LayerNorms with biases; Falcon-40B's second norm optional; the fused qkv.
       {"falcon",
-       {{"token_embd.weight", 'N', 'E', true}, {"output_norm.weight", 'E', 0, true}, {"output_norm.bias", 'E', 0, true},
+       {{"token_embd.weight", 'N', 'E', true},
+        {"output_norm.weight", 'E', 0, true},
+        {"output_norm.bias", 'E', 0, true},
         {"output.weight", 'N', 'E', false}},
-       {{"attn_norm.weight", 'E', 0, true}, {"attn_norm.bias", 'E', 0, true}, {"attn_norm_2.weight", 'E', 0, false},
-        {"attn_norm_2.bias", 'E', 0, false}, {"attn_qkv.weight", 'S', 'E', true}, {"attn_output.weight", 'E', 'E', true},
-        {"ffn_down.weight", 'E', 'F', true}, {"ffn_up.weight", 'F', 'E', true}},
+       {{"attn_norm.weight", 'E', 0, true},
+        {"attn_norm.bias", 'E', 0, true},
+        {"attn_norm_2.weight", 'E', 0, false},
+        {"attn_norm_2.bias", 'E', 0, false},
+        {"attn_qkv.weight", 'S', 'E', true},
+        {"attn_output.weight", 'E', 'E', true},
+        {"ffn_down.weight", 'E', 'F', true},
+        {"ffn_up.weight", 'F', 'E', true}},
        false},
       // mistral3.cpp (llama.cpp's llama loader under its own name): Llama's dense tensors.
       {"mistral3",
-       {{"token_embd.weight", 'N', 'E', true}, {"output_norm.weight", 'E', 0, true}, {"output.weight", 'N', 'E', false},
+       {{"token_embd.weight", 'N', 'E', true},
+        {"output_norm.weight", 'E', 0, true},
+        {"output.weight", 'N', 'E', false},
         {"rope_freqs.weight", 'R', 0, false}},
-       {{"attn_norm.weight", 'E', 0, true}, {"attn_output.weight", 'E', 'Q', true}, {"attn_output.bias", 'E', 0, false},
-        {"ffn_norm.weight", 'E', 0, true}, {"ffn_gate.weight", 'F', 'E', true}, {"ffn_down.weight", 'E', 'F', true},
-        {"ffn_up.weight", 'F', 'E', true}, {"ffn_gate.bias", 'F', 0, false}, {"ffn_down.bias", 'E', 0, false},
+       {{"attn_norm.weight", 'E', 0, true},
+        {"attn_output.weight", 'E', 'Q', true},
+        {"attn_output.bias", 'E', 0, false},
+        {"ffn_norm.weight", 'E', 0, true},
+        {"ffn_gate.weight", 'F', 'E', true},
+        {"ffn_down.weight", 'E', 'F', true},
+        {"ffn_up.weight", 'F', 'E', true},
+        {"ffn_gate.bias", 'F', 0, false},
+        {"ffn_down.bias", 'E', 0, false},
         {"ffn_up.bias", 'F', 0, false}},
        true},
       // mpt.cpp: biases and positions optional (not in a no_bias ALiBi model).
       {"mpt",
-       {{"token_embd.weight", 'N', 'E', true}, {"output_norm.weight", 'E', 0, true}, {"output_norm.bias", 'E', 0, false},
+       {{"token_embd.weight", 'N', 'E', true},
+        {"output_norm.weight", 'E', 0, true},
+        {"output_norm.bias", 'E', 0, false},
         {"output.weight", 'N', 'E', false}},
-       {{"attn_norm.weight", 'E', 0, true}, {"attn_norm.bias", 'E', 0, false}, {"attn_qkv.weight", 'S', 'E', true},
-        {"attn_qkv.bias", 'S', 0, false}, {"attn_output.weight", 'E', 'E', true}, {"attn_output.bias", 'E', 0, false},
-        {"ffn_norm.weight", 'E', 0, true}, {"ffn_norm.bias", 'E', 0, false}, {"ffn_down.weight", 'E', 'F', true},
-        {"ffn_down.bias", 'E', 0, false}, {"ffn_up.weight", 'F', 'E', true}, {"ffn_up.bias", 'F', 0, false}},
+       {{"attn_norm.weight", 'E', 0, true},
+        {"attn_norm.bias", 'E', 0, false},
+        {"attn_qkv.weight", 'S', 'E', true},
+        {"attn_qkv.bias", 'S', 0, false},
+        {"attn_output.weight", 'E', 'E', true},
+        {"attn_output.bias", 'E', 0, false},
+        {"ffn_norm.weight", 'E', 0, true},
+        {"ffn_norm.bias", 'E', 0, false},
+        {"ffn_down.weight", 'E', 'F', true},
+        {"ffn_down.bias", 'E', 0, false},
+        {"ffn_up.weight", 'F', 'E', true},
+        {"ffn_up.bias", 'F', 0, false}},
        false},
       // phi3.cpp: q/k/v (or a fused attn_qkv) each not required; ffn_up is gate and up fused;
       // LongRoPE's factors (not written by dcpctl) optional.
       {"phi3",
-       {{"token_embd.weight", 'N', 'E', true}, {"output_norm.weight", 'E', 0, true}, {"output.weight", 'N', 'E', false},
-        {"rope_factors_long.weight", 'R', 0, false}, {"rope_factors_short.weight", 'R', 0, false}},
-       {{"attn_norm.weight", 'E', 0, true}, {"attn_output.weight", 'E', 'E', true}, {"ffn_norm.weight", 'E', 0, true},
-        {"ffn_down.weight", 'E', 'F', true}, {"ffn_up.weight", 'G', 'E', true}},
-       true, false},
+       {{"token_embd.weight", 'N', 'E', true},
+        {"output_norm.weight", 'E', 0, true},
+        {"output.weight", 'N', 'E', false},
+        {"rope_factors_long.weight", 'R', 0, false},
+        {"rope_factors_short.weight", 'R', 0, false}},
+       {{"attn_norm.weight", 'E', 0, true},
+        {"attn_output.weight", 'E', 'E', true},
+        {"ffn_norm.weight", 'E', 0, true},
+        {"ffn_down.weight", 'E', 'F', true},
+        {"ffn_up.weight", 'G', 'E', true}},
+       true,
+       false},
   };
   return tables;
 }
 
-std::optional<std::vector<ExpectedTensor>> family_tensors(const std::string& arch,
-                                                          const std::function<std::optional<int64_t>(const std::string&)>& key) {
+std::optional<std::vector<ExpectedTensor>> family_tensors(
+    const std::string& arch, const std::function<std::optional<int64_t>(const std::string&)>& key) {
   const FamilyTable* t = nullptr;
   for (const FamilyTable& f : family_tables())
     if (arch == f.arch) t = &f;
@@ -1634,18 +1913,30 @@ std::optional<std::vector<ExpectedTensor>> family_tensors(const std::string& arc
   const int64_t q = mul(heads, head_k), kv = mul(heads_kv, head_k), v = mul(heads_kv, head_v);
   auto dim = [&](char d) {
     switch (d) {
-      case 'E': return embd;
-      case 'F': return ff;
-      case 'G': return mul(2, ff);
-      case 'Q': return q;
-      case 'K': return kv;
-      case 'V': return v;
-      case 'H': return head_k;
-      case 'A': return heads;
-      case 'B': return heads_kv;
-      case 'S': return embd < 0 || v < 0 ? int64_t{-1} : embd + 2 * v;
-      case 'R': return k("rope.dimension_count") ? *k("rope.dimension_count") / 2 : int64_t{-1};
-      default: return vocab.value_or(-1);  // 'N'
+      case 'E':
+        return embd;
+      case 'F':
+        return ff;
+      case 'G':
+        return mul(2, ff);
+      case 'Q':
+        return q;
+      case 'K':
+        return kv;
+      case 'V':
+        return v;
+      case 'H':
+        return head_k;
+      case 'A':
+        return heads;
+      case 'B':
+        return heads_kv;
+      case 'S':
+        return embd < 0 || v < 0 ? int64_t{-1} : embd + 2 * v;
+      case 'R':
+        return k("rope.dimension_count") ? *k("rope.dimension_count") / 2 : int64_t{-1};
+      default:
+        return vocab.value_or(-1);  // 'N'
     }
   };
   std::vector<ExpectedTensor> out;
@@ -1673,16 +1964,18 @@ std::optional<std::vector<ExpectedTensor>> family_tensors(const std::string& arc
   return out;
 }
 
-std::optional<std::vector<ExpectedTensor>> arch_tensors(const std::string& arch,
-                                                        const std::function<std::optional<int64_t>(const std::string&)>& key) {
+std::optional<std::vector<ExpectedTensor>> arch_tensors(
+    const std::string& arch, const std::function<std::optional<int64_t>(const std::string&)>& key) {
   const bool llama = arch == "llama", qwen2 = arch == "qwen2", qwen3 = arch == "qwen3" || arch == "qwen3moe",
-             moe3 = arch == "qwen3moe", deepseek = arch == "deepseek2", glm = arch == "glm4moe", oss = arch == "gpt-oss";
+             moe3 = arch == "qwen3moe", deepseek = arch == "deepseek2", glm = arch == "glm4moe",
+             oss = arch == "gpt-oss";
   if (!llama && !qwen2 && !qwen3 && !deepseek && !glm && !oss) return std::nullopt;
   auto k = [&](const std::string& name) { return key(arch + "." + name); };
   auto or_unknown = [](std::optional<int64_t> v) { return v.value_or(-1); };
   // A product of dimensions, unknown (-1) when one is.
   auto mul = [](int64_t a, int64_t b) { return a < 0 || b < 0 ? int64_t{-1} : a * b; };
-  const int64_t layers = or_unknown(k("block_count")), embd = or_unknown(k("embedding_length")), ff = or_unknown(k("feed_forward_length"));
+  const int64_t layers = or_unknown(k("block_count")), embd = or_unknown(k("embedding_length")),
+                ff = or_unknown(k("feed_forward_length"));
   const int64_t heads = or_unknown(k("attention.head_count"));
   const int64_t heads_kv = k("attention.head_count_kv").value_or(heads);
   const int64_t head_k = k("attention.key_length").value_or(heads > 0 && embd >= 0 ? embd / heads : -1);
@@ -1755,19 +2048,22 @@ std::optional<std::vector<ExpectedTensor>> arch_tensors(const std::string& arch,
         }
       }
       if (i >= trunk && trunk >= 0)
-        for (const char* t : {"nextn.eh_proj.weight", "nextn.enorm.weight", "nextn.hnorm.weight", "nextn.embed_tokens.weight",
-                              "nextn.shared_head_head.weight", "nextn.shared_head_norm.weight"}) {
+        for (const char* t :
+             {"nextn.eh_proj.weight", "nextn.enorm.weight", "nextn.hnorm.weight", "nextn.embed_tokens.weight",
+              "nextn.shared_head_head.weight", "nextn.shared_head_norm.weight"}) {
           const std::string n = t;
           std::vector<int64_t> shape = n == "nextn.eh_proj.weight" ? std::vector<int64_t>{embd, mul(2, embd)}
-                                       : n == "nextn.embed_tokens.weight" || n == "nextn.shared_head_head.weight" ? std::vector<int64_t>{n_vocab, embd}
-                                                                                                                  : std::vector<int64_t>{embd};
+                                       : n == "nextn.embed_tokens.weight" || n == "nextn.shared_head_head.weight"
+                                           ? std::vector<int64_t>{n_vocab, embd}
+                                           : std::vector<int64_t>{embd};
           add(b + n, shape, false);
         }
     }
     return out;
   }
   if (qwen2) add("output.bias", {n_vocab}, false);
-  if (const int64_t rot = k("rope.dimension_count").value_or(head_k); llama) add("rope_freqs.weight", {rot < 0 ? -1 : rot / 2}, false);
+  if (const int64_t rot = k("rope.dimension_count").value_or(head_k); llama)
+    add("rope_freqs.weight", {rot < 0 ? -1 : rot / 2}, false);
   for (int64_t i = 0; i < layers; ++i) {
     const std::string b = "blk." + std::to_string(i) + ".";
     add(b + "attn_norm.weight", {embd});
@@ -1785,7 +2081,8 @@ std::optional<std::vector<ExpectedTensor>> arch_tensors(const std::string& arch,
     } else {
       // MLA (DeepseekV2Model's tensors as llama.cpp reads them).
       const int64_t q_lora = k("attention.q_lora_rank").value_or(0), kv_lora = or_unknown(k("attention.kv_lora_rank"));
-      const int64_t k_mla = k("attention.key_length_mla").value_or(head_k), v_mla = k("attention.value_length_mla").value_or(head_v);
+      const int64_t k_mla = k("attention.key_length_mla").value_or(head_k),
+                    v_mla = k("attention.value_length_mla").value_or(head_v);
       const int64_t rope = k("rope.dimension_count").value_or(head_k), nope = k_mla < 0 || rope < 0 ? -1 : k_mla - rope;
       if (q_lora > 0) {
         add(b + "attn_q_a_norm.weight", {q_lora});
@@ -1836,17 +2133,18 @@ std::optional<std::vector<ExpectedTensor>> arch_tensors(const std::string& arch,
 
 }  // namespace
 
-std::optional<std::vector<ExpectedTensor>> expected_tensors(const std::string& arch,
-                                                            const std::function<std::optional<int64_t>(const std::string&)>& key) {
+std::optional<std::vector<ExpectedTensor>> expected_tensors(
+    const std::string& arch, const std::function<std::optional<int64_t>(const std::string&)>& key) {
   std::optional<std::vector<ExpectedTensor>> out = family_tensors(arch, key);
   if (!out) out = arch_tensors(arch, key);
   if (!out) return out;
   // llama-model.cpp's generic pass after every architecture's tensors: each Linear weight's
   // optional per-tensor ".scale" and ".input_scale" (NVFP4's scale2 and input scale: [1], or one per
   // expert [n_expert] for the stacked experts), loaded where the weight is.
-  static const std::regex linear(R"((blk\.\d+\.)(attn_q|attn_k|attn_v|attn_output|attn_qkv|attn_gate|ffn_gate|ffn_down|ffn_up|)"
-                                 R"(ffn_gate_shexp|ffn_down_shexp|ffn_up_shexp|ffn_gate_exps|ffn_down_exps|ffn_up_exps|)"
-                                 R"(nextn\.eh_proj|nextn\.shared_head_head)\.weight)");
+  static const std::regex linear(
+      R"((blk\.\d+\.)(attn_q|attn_k|attn_v|attn_output|attn_qkv|attn_gate|ffn_gate|ffn_down|ffn_up|)"
+      R"(ffn_gate_shexp|ffn_down_shexp|ffn_up_shexp|ffn_gate_exps|ffn_down_exps|ffn_up_exps|)"
+      R"(nextn\.eh_proj|nextn\.shared_head_head)\.weight)");
   const int64_t n_expert = key(arch + ".expert_count").value_or(-1);
   std::vector<ExpectedTensor> scales;
   for (const ExpectedTensor& t : *out) {

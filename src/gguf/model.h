@@ -13,10 +13,10 @@
 // Starcoder2ForCausalLM (starcoder2), CohereForCausalLM (command-r), FalconForCausalLM (falcon),
 // Ministral3ForCausalLM (mistral3), MPTForCausalLM (mpt), each a row of
 // model.cpp's architecture table (Arch: what the family's model class does beyond TextModel);
-// experts stacked per layer, GPT-OSS's fused experts split, DeepSeek's kv_b split, Llama 3's rope_freqs generated, the linear and yarn rope keys. Anything
-// else, a tensor the table does not name, another rope type, or a tokenizer the converter would
-// treat otherwise (not byte-level BPE, a pre-tokenizer it does not name: gguf/vocab.h) is
-// refused, UnsupportedError (exit 5) naming it.
+// experts stacked per layer, GPT-OSS's fused experts split, DeepSeek's kv_b split, Llama 3's rope_freqs generated, the
+// linear and yarn rope keys. Anything else, a tensor the table does not name, another rope type, or a tokenizer the
+// converter would treat otherwise (not byte-level BPE, a pre-tokenizer it does not name: gguf/vocab.h) is refused,
+// UnsupportedError (exit 5) naming it.
 #pragma once
 
 #include <cstdint>
@@ -81,7 +81,8 @@ struct Arch {
   // written as attention.layer_norm_epsilon (TextModel's, after the RMS epsilon), not refused.
   bool layer_norm = false;
   // Keys the family's set_gguf_parameters adds after TextModel's (and LlamaModel's); null: none.
-  void (*extra_keys)(Header& h, const std::string& arch, const nlohmann::json& config, const std::string& where) = nullptr;
+  void (*extra_keys)(Header& h, const std::string& arch, const nlohmann::json& config,
+                     const std::string& where) = nullptr;
   // The family's table has no output tensor (Command-R: an untied lm_head.weight is the converter's
   // "Can not map tensor"): refused; a tied one is left out as for every family.
   bool no_head = false;
@@ -110,7 +111,7 @@ Arch arch_of(const nlohmann::json& config, const std::string& where);
 
 // One tensor as the converter writes it.
 struct TensorPlan {
-  std::string name;            // the GGUF name ("blk.0.attn_q.weight")
+  std::string name;  // the GGUF name ("blk.0.attn_q.weight")
   TensorType type = TensorType::F32;
   int64_t permute_heads = 0;   // > 0: rows permuted as LlamaModel.permute with this many heads
   std::vector<int64_t> shape;  // as written, torch's order
@@ -230,19 +231,20 @@ bool does_token_look_special(const std::string& text);
 
 // What llama.cpp's loader (llama-model.cpp's load_arch_tensors, llama.cpp as in the sdist of
 // docs/gguf.md) asks of a file of an architecture written here (general.architecture llama, qwen2,
-// qwen3, qwen3moe, deepseek2, glm4moe, gpt-oss, gemma2, gemma3, phi3, granite, olmo2, starcoder2, command-r, falcon, mistral3, mpt), from the file's keys: each tensor's name and shape (torch's order:
-// ggml's ne reversed; -1 where a key it comes from is absent, any length then), whether the loader
-// needs it, and the tensor whose presence stands in for it (a fused attn_qkv for attn_q/k/v, a fused
-// ffn_gate_up_exps for the gate and up experts), and llama-model.cpp's generic pass after them: each
-// Linear weight's optional `.scale` / `.input_scale` (NVFP4's factors). `key`: the file's value of a key as an integer
-// (tokenizer.ggml.tokens: its length), nullopt when absent. nullopt: an architecture not here.
+// qwen3, qwen3moe, deepseek2, glm4moe, gpt-oss, gemma2, gemma3, phi3, granite, olmo2, starcoder2, command-r, falcon,
+// mistral3, mpt), from the file's keys: each tensor's name and shape (torch's order: ggml's ne reversed; -1 where a key
+// it comes from is absent, any length then), whether the loader needs it, and the tensor whose presence stands in for
+// it (a fused attn_qkv for attn_q/k/v, a fused ffn_gate_up_exps for the gate and up experts), and llama-model.cpp's
+// generic pass after them: each Linear weight's optional `.scale` / `.input_scale` (NVFP4's factors). `key`: the file's
+// value of a key as an integer (tokenizer.ggml.tokens: its length), nullopt when absent. nullopt: an architecture not
+// here.
 struct ExpectedTensor {
   std::string name;
   std::vector<int64_t> shape;
   bool required = true;
   std::string unless;  // "": none; else a tensor that, present, makes this one not required
 };
-std::optional<std::vector<ExpectedTensor>> expected_tensors(const std::string& arch,
-                                                            const std::function<std::optional<int64_t>(const std::string&)>& key);
+std::optional<std::vector<ExpectedTensor>> expected_tensors(
+    const std::string& arch, const std::function<std::optional<int64_t>(const std::string&)>& key);
 
 }  // namespace dcpctl::gguf

@@ -63,7 +63,10 @@ float make_qx_quants(int n, int nmax, const float* x, int8_t* L, int rmse_type) 
     return_early = true;
   }
   auto weight = [&](int i) {
-    return rmse_type == 1 ? x[i] * x[i] : rmse_type == 2 ? 1.f : rmse_type == 3 ? std::fabs(x[i]) : std::sqrt(std::fabs(x[i]));
+    return rmse_type == 1   ? x[i] * x[i]
+           : rmse_type == 2 ? 1.f
+           : rmse_type == 3 ? std::fabs(x[i])
+                            : std::sqrt(std::fabs(x[i]));
   };
   float sumlx = 0, suml2 = 0;
   for (int i = 0; i < n; ++i) {
@@ -203,8 +206,10 @@ namespace {
 void k_scales(const float* x, int nmax, float rmin, int nstep, uint8_t* o, uint8_t* sc, uint8_t* L, bool avx2) {
   float mins[kQKK / 32], scales[kQKK / 32];
   float max_scale = 0, max_min = 0;
-  if (avx2) k_fits_avx2(x, nmax, rmin, nstep, scales, mins, L);
-  else k_fits(x, nmax, rmin, nstep, scales, mins, L);
+  if (avx2)
+    k_fits_avx2(x, nmax, rmin, nstep, scales, mins, L);
+  else
+    k_fits(x, nmax, rmin, nstep, scales, mins, L);
   for (int j = 0; j < kQKK / 32; ++j) {
     if (scales[j] > max_scale) max_scale = scales[j];
     if (mins[j] > max_min) max_min = mins[j];
@@ -361,8 +366,10 @@ void q6_k(const float* x, size_t n, uint8_t* out, bool avx2) {
     int8_t* sc = reinterpret_cast<int8_t*>(out + 192);
     uint8_t* dp = out + 208;
     float max_scale = 0, max_abs_scale = 0;
-    if (avx2) q6_fits_avx2(x, scales, L);
-    else q6_fits(x, scales, L);
+    if (avx2)
+      q6_fits_avx2(x, scales, L);
+    else
+      q6_fits(x, scales, L);
     for (int ib = 0; ib < kQKK / 16; ++ib) {
       const float scale = scales[ib];
       const float abs_scale = std::fabs(scale);
@@ -378,7 +385,8 @@ void q6_k(const float* x, size_t n, uint8_t* out, bool avx2) {
     }
     const float iscale = -128.f / max_scale;
     put_half(dp, 1 / iscale);
-    for (int ib = 0; ib < kQKK / 16; ++ib) sc[ib] = static_cast<int8_t>(std::min(127, nearest_int(iscale * scales[ib])));
+    for (int ib = 0; ib < kQKK / 16; ++ib)
+      sc[ib] = static_cast<int8_t>(std::min(127, nearest_int(iscale * scales[ib])));
     for (int j = 0; j < kQKK / 16; ++j) {
       const float d = get_half(dp) * sc[j];
       if (!d) continue;
@@ -390,7 +398,8 @@ void q6_k(const float* x, size_t n, uint8_t* out, bool avx2) {
     }
     for (int j = 0; j < kQKK; j += 128, ql += 64, qh += 32) {
       for (int l = 0; l < 32; ++l) {
-        const uint8_t q1 = L[j + l + 0] & 0xF, q2 = L[j + l + 32] & 0xF, q3 = L[j + l + 64] & 0xF, q4 = L[j + l + 96] & 0xF;
+        const uint8_t q1 = L[j + l + 0] & 0xF, q2 = L[j + l + 32] & 0xF, q3 = L[j + l + 64] & 0xF,
+                      q4 = L[j + l + 96] & 0xF;
         ql[l + 0] = static_cast<uint8_t>(q1 | (q3 << 4));
         ql[l + 32] = static_cast<uint8_t>(q2 | (q4 << 4));
         qh[l] = static_cast<uint8_t>((L[j + l] >> 4) | ((L[j + l + 32] >> 4) << 2) | ((L[j + l + 64] >> 4) << 4) |

@@ -15,7 +15,7 @@ namespace {
 
 #define DCPCTL_AVX2 __attribute__((target("avx2")))
 
-constexpr int kSub = 8, kN = 32;  // 8 sub-blocks (lanes) of 32 elements
+constexpr int kSub = 8, kN = 32;        // 8 sub-blocks (lanes) of 32 elements
 constexpr float kGroupMaxEps = 1e-15f;  // ggml's GROUP_MAX_EPS
 
 // ggml's nearest_int, lane by lane: the bits of fval + 1.5 * 2^23.
@@ -43,7 +43,8 @@ DCPCTL_AVX2 inline __m256 error(const __m256* x, const __m256* w, const __m256i*
 
 // The search of make_qkx2_quants (rdelta 0.1, use_mad false) over the lanes: x[i] and w[i] are
 // element i of each sub-block; L its levels; the scale returned, min (before negation) in *min.
-DCPCTL_AVX2 __m256 qkx2(const __m256* x, const __m256* w, int nmax, float rmin, int nstep, __m256i* L, __m256* min_out) {
+DCPCTL_AVX2 __m256 qkx2(const __m256* x, const __m256* w, int nmax, float rmin, int nstep, __m256i* L,
+                        __m256* min_out) {
   __m256 min = x[0], max = x[0], sum_w = w[0];
   __m256 sum_x = _mm256_mul_ps(sum_w, x[0]);
   for (int i = 1; i < kN; ++i) {
@@ -133,8 +134,9 @@ DCPCTL_AVX2 __m256 qx(const __m256* x, __m256i* L) {
     if (is == 0) continue;
     const float num = -(static_cast<float>(nmax) + 0.1f * static_cast<float>(is));
     qx_levels(x, _mm256_div_ps(_mm256_set1_ps(num), max), l, sumlx, suml2);
-    const __m256 better = _mm256_and_ps(_mm256_cmp_ps(suml2, zero, _CMP_GT_OQ),
-                                        _mm256_cmp_ps(_mm256_mul_ps(sumlx, sumlx), _mm256_mul_ps(best, suml2), _CMP_GT_OQ));
+    const __m256 better =
+        _mm256_and_ps(_mm256_cmp_ps(suml2, zero, _CMP_GT_OQ),
+                      _mm256_cmp_ps(_mm256_mul_ps(sumlx, sumlx), _mm256_mul_ps(best, suml2), _CMP_GT_OQ));
     if (_mm256_movemask_ps(better) == 0) continue;
     const __m256i take = _mm256_castps_si256(better);
     for (int i = 0; i < n; ++i) L[i] = _mm256_blendv_epi8(L[i], _mm256_add_epi32(l[i], off), take);
@@ -191,7 +193,9 @@ DCPCTL_AVX2 void k_fits_avx2(const float* xs, int nmax, float rmin, int nstep, f
 void k_fits_avx2(const float*, int, float, int, float*, float*, uint8_t*) {
   throw std::logic_error("gguf: no AVX2 K-quant fits on this architecture");
 }
-void q6_fits_avx2(const float*, float*, int8_t*) { throw std::logic_error("gguf: no AVX2 K-quant fits on this architecture"); }
+void q6_fits_avx2(const float*, float*, int8_t*) {
+  throw std::logic_error("gguf: no AVX2 K-quant fits on this architecture");
+}
 
 #endif
 

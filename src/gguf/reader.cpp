@@ -57,17 +57,39 @@ namespace gguf {
 
 namespace {
 constexpr GgmlType kTypes[] = {
-    {0, "F32", 1, 4, DType::Float32},      {1, "F16", 1, 2, DType::Float16},     {2, "Q4_0", 32, 18, {}},
-    {3, "Q4_1", 32, 20, {}},               {6, "Q5_0", 32, 22, {}},              {7, "Q5_1", 32, 24, {}},
-    {8, "Q8_0", 32, 34, {}},               {9, "Q8_1", 32, 40, {}},              {10, "Q2_K", 256, 84, {}},
-    {11, "Q3_K", 256, 110, {}},            {12, "Q4_K", 256, 144, {}},           {13, "Q5_K", 256, 176, {}},
-    {14, "Q6_K", 256, 210, {}},            {15, "Q8_K", 256, 292, {}},           {16, "IQ2_XXS", 256, 66, {}},
-    {17, "IQ2_XS", 256, 74, {}},           {18, "IQ3_XXS", 256, 98, {}},         {19, "IQ1_S", 256, 50, {}},
-    {20, "IQ4_NL", 32, 18, {}},            {21, "IQ3_S", 256, 110, {}},          {22, "IQ2_S", 256, 82, {}},
-    {23, "IQ4_XS", 256, 136, {}},          {24, "I8", 1, 1, DType::Int8},        {25, "I16", 1, 2, DType::Int16},
-    {26, "I32", 1, 4, DType::Int32},       {27, "I64", 1, 8, DType::Int64},      {28, "F64", 1, 8, DType::Float64},
-    {29, "IQ1_M", 256, 56, {}},            {30, "BF16", 1, 2, DType::BFloat16},  {34, "TQ1_0", 256, 54, {}},
-    {35, "TQ2_0", 256, 66, {}},            {39, "MXFP4", 32, 17, {}},            {40, "NVFP4", 64, 36, {}},
+    {0, "F32", 1, 4, DType::Float32},
+    {1, "F16", 1, 2, DType::Float16},
+    {2, "Q4_0", 32, 18, {}},
+    {3, "Q4_1", 32, 20, {}},
+    {6, "Q5_0", 32, 22, {}},
+    {7, "Q5_1", 32, 24, {}},
+    {8, "Q8_0", 32, 34, {}},
+    {9, "Q8_1", 32, 40, {}},
+    {10, "Q2_K", 256, 84, {}},
+    {11, "Q3_K", 256, 110, {}},
+    {12, "Q4_K", 256, 144, {}},
+    {13, "Q5_K", 256, 176, {}},
+    {14, "Q6_K", 256, 210, {}},
+    {15, "Q8_K", 256, 292, {}},
+    {16, "IQ2_XXS", 256, 66, {}},
+    {17, "IQ2_XS", 256, 74, {}},
+    {18, "IQ3_XXS", 256, 98, {}},
+    {19, "IQ1_S", 256, 50, {}},
+    {20, "IQ4_NL", 32, 18, {}},
+    {21, "IQ3_S", 256, 110, {}},
+    {22, "IQ2_S", 256, 82, {}},
+    {23, "IQ4_XS", 256, 136, {}},
+    {24, "I8", 1, 1, DType::Int8},
+    {25, "I16", 1, 2, DType::Int16},
+    {26, "I32", 1, 4, DType::Int32},
+    {27, "I64", 1, 8, DType::Int64},
+    {28, "F64", 1, 8, DType::Float64},
+    {29, "IQ1_M", 256, 56, {}},
+    {30, "BF16", 1, 2, DType::BFloat16},
+    {34, "TQ1_0", 256, 54, {}},
+    {35, "TQ2_0", 256, 66, {}},
+    {39, "MXFP4", 32, 17, {}},
+    {40, "NVFP4", 64, 36, {}},
     {41, "Q1_0", 128, 18, {}},
 };
 }  // namespace
@@ -82,12 +104,13 @@ namespace {
 
 constexpr uint32_t kMaxVersion = 3;
 constexpr uint64_t kDefaultAlignment = 32;
-constexpr size_t kMaxName = 64;  // GGML_MAX_NAME
+constexpr size_t kMaxName = 64;   // GGML_MAX_NAME
 constexpr uint32_t kMaxDims = 4;  // GGML_MAX_DIMS
 constexpr size_t kWindow = 1 << 20;
 
 enum ValueType : uint32_t { U8, I8, U16, I16, U32, I32, F32, Bool, String, Array, U64, I64, F64, kTypeCount };
-constexpr const char* kTypeNames[] = {"u8", "i8", "u16", "i16", "u32", "i32", "f32", "bool", "string", "array", "u64", "i64", "f64"};
+constexpr const char* kTypeNames[] = {"u8",   "i8",     "u16",   "i16", "u32", "i32", "f32",
+                                      "bool", "string", "array", "u64", "i64", "f64"};
 constexpr uint32_t kScalarBytes[] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
 
 // The header, read front to back through a window of the file.
@@ -98,7 +121,9 @@ class Cursor {
   uint64_t pos() const { return pos_; }
   uint64_t left() const { return size_ - std::min(size_, pos_); }
   void set_key(std::string k) { key_ = std::move(k); }
-  [[noreturn]] void fail(uint64_t at, const std::string& what) const { throw FormatError(Where(path_, at, key_), what); }
+  [[noreturn]] void fail(uint64_t at, const std::string& what) const {
+    throw FormatError(Where(path_, at, key_), what);
+  }
 
   // Bytes [pos, pos + n) in memory; n at most kWindow.
   const uint8_t* take(uint64_t n, const char* what) {
@@ -133,7 +158,8 @@ class Cursor {
     while (left) {
       uint64_t part = std::min<uint64_t>(left, kWindow);
       const uint8_t* p = take(part, what);
-      if (out.size() < keep) out.append(reinterpret_cast<const char*>(p), static_cast<size_t>(std::min<uint64_t>(part, keep - out.size())));
+      if (out.size() < keep)
+        out.append(reinterpret_cast<const char*>(p), static_cast<size_t>(std::min<uint64_t>(part, keep - out.size())));
       left -= part;
     }
     return out;
@@ -150,9 +176,12 @@ std::string quoted(const std::string& s) {
   constexpr size_t kShown = 200;
   std::string out = "'";
   for (char c : s.substr(0, kShown)) {
-    if (c == '\n') out += "\\n";
-    else if (c == '\'' || c == '\\') out += std::string("\\") + c;
-    else out += c;
+    if (c == '\n')
+      out += "\\n";
+    else if (c == '\'' || c == '\\')
+      out += std::string("\\") + c;
+    else
+      out += c;
   }
   out += s.size() > kShown ? "...' (" + std::to_string(s.size()) + " bytes)" : "'";
   return out;
@@ -161,14 +190,22 @@ std::string quoted(const std::string& s) {
 // One scalar of `type` as text.
 std::string scalar_text(Cursor& c, uint32_t type) {
   switch (type) {
-    case U8: return std::to_string(c.scalar<uint8_t>("a u8"));
-    case I8: return std::to_string(c.scalar<int8_t>("an i8"));
-    case U16: return std::to_string(c.scalar<uint16_t>("a u16"));
-    case I16: return std::to_string(c.scalar<int16_t>("an i16"));
-    case U32: return std::to_string(c.scalar<uint32_t>("a u32"));
-    case I32: return std::to_string(c.scalar<int32_t>("an i32"));
-    case U64: return std::to_string(c.scalar<uint64_t>("a u64"));
-    case I64: return std::to_string(c.scalar<int64_t>("an i64"));
+    case U8:
+      return std::to_string(c.scalar<uint8_t>("a u8"));
+    case I8:
+      return std::to_string(c.scalar<int8_t>("an i8"));
+    case U16:
+      return std::to_string(c.scalar<uint16_t>("a u16"));
+    case I16:
+      return std::to_string(c.scalar<int16_t>("an i16"));
+    case U32:
+      return std::to_string(c.scalar<uint32_t>("a u32"));
+    case I32:
+      return std::to_string(c.scalar<int32_t>("an i32"));
+    case U64:
+      return std::to_string(c.scalar<uint64_t>("a u64"));
+    case I64:
+      return std::to_string(c.scalar<int64_t>("an i64"));
     case F32: {
       char b[32];
       std::snprintf(b, sizeof b, "%.9g", static_cast<double>(c.scalar<float>("an f32")));
@@ -183,7 +220,8 @@ std::string scalar_text(Cursor& c, uint32_t type) {
       uint8_t v = c.scalar<uint8_t>("a bool");
       return v == 0 ? "False" : "True";
     }
-    case String: return quoted(c.str("a string value", 256));
+    case String:
+      return quoted(c.str("a string value", 256));
   }
   return {};
 }
@@ -195,13 +233,15 @@ std::string value_text(Cursor& c, uint32_t type, uint64_t type_at) {
   uint64_t at = c.pos();
   uint32_t et = c.u32("an array's element type");
   if (et >= kTypeCount || et == Array)
-    c.fail(at, "array element type " + std::to_string(et) + (et == Array ? " (an array of arrays, which llama.cpp does not read)" : " is not one GGUF defines"));
+    c.fail(at, "array element type " + std::to_string(et) +
+                   (et == Array ? " (an array of arrays, which llama.cpp does not read)" : " is not one GGUF defines"));
   uint64_t n = c.u64("an array's length");
   // Every element takes at least a byte (a string its 8-byte length): a count past what the file
   // has left is damage, found before walking it.
   const uint64_t min_bytes = et == String ? 8 : kScalarBytes[et];
   if (n > c.left() / min_bytes)
-    c.fail(at, "an array of " + std::to_string(n) + " " + kTypeNames[et] + ", more than the " + std::to_string(c.left()) + " bytes left can hold");
+    c.fail(at, "an array of " + std::to_string(n) + " " + kTypeNames[et] + ", more than the " +
+                   std::to_string(c.left()) + " bytes left can hold");
   std::string shown = "[";
   for (uint64_t i = 0; i < n; ++i) {
     std::string v = scalar_text(c, et);
@@ -243,15 +283,24 @@ Parsed parse_file(const std::string& path, std::unordered_set<std::string>& name
   const uint8_t* magic = c.take(4, "the magic");
   if (std::memcmp(magic, "GGUF", 4) != 0) c.fail(0, "not a GGUF file: it does not start with \"GGUF\"");
   uint32_t version = c.u32("the version");
-  if ((version & 0xFFFF) == 0) c.fail(4, "GGUF version " + std::to_string(version) + ": written in the other byte order (big-endian), which llama.cpp does not read");
-  if (version == 1) throw UnsupportedError(Where(path, 4), "GGUF version 1, which llama.cpp no longer reads (versions 2 and 3)");
-  if (version > kMaxVersion) throw UnsupportedError(Where(path, 4), "GGUF version " + std::to_string(version) + ", newer than the versions dcpctl knows (2 and 3)");
+  if ((version & 0xFFFF) == 0)
+    c.fail(4, "GGUF version " + std::to_string(version) +
+                  ": written in the other byte order (big-endian), which llama.cpp does not read");
+  if (version == 1)
+    throw UnsupportedError(Where(path, 4), "GGUF version 1, which llama.cpp no longer reads (versions 2 and 3)");
+  if (version > kMaxVersion)
+    throw UnsupportedError(
+        Where(path, 4), "GGUF version " + std::to_string(version) + ", newer than the versions dcpctl knows (2 and 3)");
   p.version = version;
   uint64_t n_tensors = c.u64("the tensor count");
   uint64_t n_kv = c.u64("the key count");
   // Each key takes at least 12 bytes (length, type) and each tensor info 24: counts past that are damage.
-  if (n_kv > f.size() / 12) c.fail(16, "a key count of " + std::to_string(n_kv) + ", more than a file of " + std::to_string(f.size()) + " bytes can hold");
-  if (n_tensors > f.size() / 24) c.fail(8, "a tensor count of " + std::to_string(n_tensors) + ", more than a file of " + std::to_string(f.size()) + " bytes can hold");
+  if (n_kv > f.size() / 12)
+    c.fail(16, "a key count of " + std::to_string(n_kv) + ", more than a file of " + std::to_string(f.size()) +
+                   " bytes can hold");
+  if (n_tensors > f.size() / 24)
+    c.fail(8, "a tensor count of " + std::to_string(n_tensors) + ", more than a file of " + std::to_string(f.size()) +
+                  " bytes can hold");
 
   for (uint64_t i = 0; i < n_kv; ++i) {
     uint64_t at = c.pos();
@@ -262,7 +311,9 @@ Parsed parse_file(const std::string& path, std::unordered_set<std::string>& name
     uint64_t type_at = c.pos();
     uint32_t type = c.u32("a value type");
     if (key == "general.alignment") {
-      if (type != U32) c.fail(type_at, std::string("general.alignment is a ") + (type < kTypeCount ? kTypeNames[type] : "?") + ", not the u32 llama.cpp reads");
+      if (type != U32)
+        c.fail(type_at, std::string("general.alignment is a ") + (type < kTypeCount ? kTypeNames[type] : "?") +
+                            ", not the u32 llama.cpp reads");
       p.alignment = c.u32("general.alignment");
       if (p.alignment == 0 || (p.alignment & (p.alignment - 1)))
         c.fail(type_at + 4, "general.alignment " + std::to_string(p.alignment) + " is not a power of two");
@@ -270,7 +321,8 @@ Parsed parse_file(const std::string& path, std::unordered_set<std::string>& name
       continue;
     }
     p.values[key] = value_text(c, type, type_at);
-    if (key == "split.no" || key == "split.count" || key == "split.tensors.count") p.split[key] = {true, type, p.values[key], type_at + 4};
+    if (key == "split.no" || key == "split.count" || key == "split.tensors.count")
+      p.split[key] = {true, type, p.values[key], type_at + 4};
   }
 
   for (uint64_t i = 0; i < n_tensors; ++i) {
@@ -280,11 +332,14 @@ Parsed parse_file(const std::string& path, std::unordered_set<std::string>& name
     t.name = c.str("a tensor name", 4096);
     c.set_key(t.name);
     if (t.name.size() >= kMaxName)
-      c.fail(t.at, "a tensor name of " + std::to_string(t.name.size()) + " bytes; llama.cpp takes names shorter than " + std::to_string(kMaxName));
-    if (!names.insert(t.name).second) c.fail(t.at, "the tensor name '" + t.name + "' a second time (in this file or an earlier shard of its split)");
+      c.fail(t.at, "a tensor name of " + std::to_string(t.name.size()) + " bytes; llama.cpp takes names shorter than " +
+                       std::to_string(kMaxName));
+    if (!names.insert(t.name).second)
+      c.fail(t.at, "the tensor name '" + t.name + "' a second time (in this file or an earlier shard of its split)");
     uint64_t dims_at = c.pos();
     uint32_t n_dims = c.u32("the tensor's dimension count");
-    if (n_dims > kMaxDims) c.fail(dims_at, std::to_string(n_dims) + " dimensions; ggml tensors have at most " + std::to_string(kMaxDims));
+    if (n_dims > kMaxDims)
+      c.fail(dims_at, std::to_string(n_dims) + " dimensions; ggml tensors have at most " + std::to_string(kMaxDims));
     uint64_t elements = 1;
     for (uint32_t d = 0; d < n_dims; ++d) {
       int64_t v = static_cast<int64_t>(c.u64("a dimension"));
@@ -297,10 +352,12 @@ Parsed parse_file(const std::string& path, std::unordered_set<std::string>& name
     uint64_t type_at = c.pos();
     uint32_t type = c.u32("the tensor's type");
     t.type = gguf::ggml_type(type);
-    if (!t.type) throw UnsupportedError(Where(path, type_at, t.name), "ggml type " + std::to_string(type) + ", which dcpctl does not know");
+    if (!t.type)
+      throw UnsupportedError(Where(path, type_at, t.name),
+                             "ggml type " + std::to_string(type) + ", which dcpctl does not know");
     if (!t.ne.empty() && t.ne[0] % t.type->block)
-      c.fail(type_at, std::string(t.type->name) + " with rows of " + std::to_string(t.ne[0]) + " elements, not whole blocks of " +
-                          std::to_string(t.type->block));
+      c.fail(type_at, std::string(t.type->name) + " with rows of " + std::to_string(t.ne[0]) +
+                          " elements, not whole blocks of " + std::to_string(t.type->block));
     // Its bytes must be a number: elements within int64 can still be more bytes than 2^64.
     if (elements / t.type->block > std::numeric_limits<uint64_t>::max() / t.type->block_bytes)
       c.fail(dims_at, std::to_string(elements) + " elements of " + t.type->name + ", more bytes than any file holds");
@@ -326,11 +383,13 @@ void lay_out(Checkpoint& ck, const Parsed& p, uint32_t file) {
     Where where(p.path, t.at, t.name);
     if (t.offset != expected)
       md.problems.push_back({"gguf-offset", where,
-                             "data at offset " + std::to_string(t.offset) + " of the data section; llama.cpp expects " + std::to_string(expected) +
-                                 " (the tensors before it, each padded to " + std::to_string(p.alignment) + " bytes) and refuses the file"});
+                             "data at offset " + std::to_string(t.offset) + " of the data section; llama.cpp expects " +
+                                 std::to_string(expected) + " (the tensors before it, each padded to " +
+                                 std::to_string(p.alignment) + " bytes) and refuses the file"});
     expected += (bytes + p.alignment - 1) / p.alignment * p.alignment;
     const uint64_t file_size = p.file_size, data_start = p.data_start;
-    const bool inside = t.offset <= file_size && data_start <= file_size - t.offset && bytes <= file_size - data_start - t.offset;
+    const bool inside =
+        t.offset <= file_size && data_start <= file_size - t.offset && bytes <= file_size - data_start - t.offset;
     if (!inside && truncated++ == 0) first_truncated = t.name;
 
     TensorMeta m;
@@ -351,15 +410,16 @@ void lay_out(Checkpoint& ck, const Parsed& p, uint32_t file) {
   }
   if (truncated)
     ck.incomplete.push_back({"gguf-truncated", Where(p.path, std::nullopt, first_truncated),
-                             std::to_string(truncated) + " tensor(s) end past the file's " + std::to_string(p.file_size) +
+                             std::to_string(truncated) + " tensor(s) end past the file's " +
+                                 std::to_string(p.file_size) +
                                  " bytes, the first this one (llama.cpp: \"data is not within the file bounds\")"});
 }
 
 // A split key's value as a number; nullopt when absent or not a number.
 std::optional<uint64_t> split_value(const Parsed& p, const char* key) {
   auto it = p.split.find(key);
-  if (it == p.split.end() || it->second.text.empty() || it->second.text.find_first_not_of("0123456789") != std::string::npos ||
-      it->second.text.size() > 18)
+  if (it == p.split.end() || it->second.text.empty() ||
+      it->second.text.find_first_not_of("0123456789") != std::string::npos || it->second.text.size() > 18)
     return std::nullopt;
   return std::stoull(it->second.text);
 }
@@ -393,29 +453,35 @@ Checkpoint open_gguf(const std::string& path) {
   // are named from this one's name, its split.no and split.count (llama_split_prefix), read in
   // order as one model, the keys the first's.
   if (const SplitKey& k = given.split["split.count"]; k.type != U16)
-    throw FormatError(Where(path, k.at, "split.count"), std::string("split.count is a ") + kTypeNames[k.type] + ", not the u16 llama.cpp reads");
+    throw FormatError(Where(path, k.at, "split.count"),
+                      std::string("split.count is a ") + kTypeNames[k.type] + ", not the u16 llama.cpp reads");
   const std::optional<uint64_t> no = split_value(given, "split.no");
   if (!no || *no >= *count)
-    throw FormatError(Where(path, given.split.count("split.no") ? std::optional<uint64_t>(given.split["split.no"].at) : std::nullopt, "split.no"),
-                      "split.count is " + std::to_string(*count) + " but split.no " +
-                          (no ? "is " + std::to_string(*no) + ", not a shard of them" : std::string("is missing or not a number")));
+    throw FormatError(
+        Where(path, given.split.count("split.no") ? std::optional<uint64_t>(given.split["split.no"].at) : std::nullopt,
+              "split.no"),
+        "split.count is " + std::to_string(*count) + " but split.no " +
+            (no ? "is " + std::to_string(*no) + ", not a shard of them" : std::string("is missing or not a number")));
   char tail[64];
-  std::snprintf(tail, sizeof tail, "-%05llu-of-%05llu.gguf", static_cast<unsigned long long>(*no + 1), static_cast<unsigned long long>(*count));
+  std::snprintf(tail, sizeof tail, "-%05llu-of-%05llu.gguf", static_cast<unsigned long long>(*no + 1),
+                static_cast<unsigned long long>(*count));
   const std::string suffix = tail;
   if (path.size() <= suffix.size() || path.compare(path.size() - suffix.size(), suffix.size(), suffix) != 0)
     throw FormatError(Where(path, given.split["split.no"].at, "split.no"),
-                      "shard " + std::to_string(*no + 1) + " of " + std::to_string(*count) + " by its split keys, but its name does not end " + suffix +
+                      "shard " + std::to_string(*no + 1) + " of " + std::to_string(*count) +
+                          " by its split keys, but its name does not end " + suffix +
                           ": the other shards cannot be found by name (llama.cpp: invalid split file name)");
   const std::string prefix = path.substr(0, path.size() - suffix.size());
   std::vector<std::pair<Parsed, uint32_t>> shards;  // each shard present, with its index
   names.clear();
   for (uint64_t i = 0; i < *count; ++i) {
-    std::snprintf(tail, sizeof tail, "-%05llu-of-%05llu.gguf", static_cast<unsigned long long>(i + 1), static_cast<unsigned long long>(*count));
+    std::snprintf(tail, sizeof tail, "-%05llu-of-%05llu.gguf", static_cast<unsigned long long>(i + 1),
+                  static_cast<unsigned long long>(*count));
     const std::string shard = prefix + tail;
     if (!path_exists(shard)) {
       ck.incomplete.push_back({"missing-shard", Where(shard),
-                               "split.count in " + base_name(path) + " is " + std::to_string(*count) + ": shard " + std::to_string(i + 1) +
-                                   " is not here (llama.cpp: failed to load GGUF split)"});
+                               "split.count in " + base_name(path) + " is " + std::to_string(*count) + ": shard " +
+                                   std::to_string(i + 1) + " is not here (llama.cpp: failed to load GGUF split)"});
       continue;
     }
     Parsed p = parse_file(shard, names);
@@ -423,13 +489,18 @@ Checkpoint open_gguf(const std::string& path) {
     const std::optional<uint64_t> its_no = split_value(p, "split.no");
     const SplitKey& no_key = p.split["split.no"];
     if (!its_no || no_key.type != U16)
-      ck.incomplete.push_back({"gguf-split", Where(shard, no_key.present ? std::optional<uint64_t>(no_key.at) : std::nullopt, "split.no"),
-                               no_key.present ? "split.no is " + no_key.text + (no_key.type != U16 ? " of type " + std::string(kTypeNames[no_key.type]) + ", not the u16 llama.cpp reads" : "")
-                                              : std::string("no split.no key: llama.cpp refuses a shard without it")});
+      ck.incomplete.push_back(
+          {"gguf-split", Where(shard, no_key.present ? std::optional<uint64_t>(no_key.at) : std::nullopt, "split.no"),
+           no_key.present ? "split.no is " + no_key.text +
+                                (no_key.type != U16 ? " of type " + std::string(kTypeNames[no_key.type]) +
+                                                          ", not the u16 llama.cpp reads"
+                                                    : "")
+                          : std::string("no split.no key: llama.cpp refuses a shard without it")});
     else if (*its_no != i)
       ck.incomplete.push_back({"gguf-split", Where(shard, no_key.at, "split.no"),
-                               "split.no is " + std::to_string(*its_no) + " in shard " + std::to_string(i + 1) + " of " + std::to_string(*count) +
-                                   " (its name): llama.cpp expects " + std::to_string(i) + " (invalid split file idx)"});
+                               "split.no is " + std::to_string(*its_no) + " in shard " + std::to_string(i + 1) +
+                                   " of " + std::to_string(*count) + " (its name): llama.cpp expects " +
+                                   std::to_string(i) + " (invalid split file idx)"});
     // A later shard's own split.count is not read: llama.cpp takes the count from the first shard
     // only (llama_model_loader), so a shard found by its name loads whatever it says there.
     shards.emplace_back(std::move(p), static_cast<uint32_t>(i));
@@ -450,10 +521,12 @@ Checkpoint open_gguf(const std::string& path) {
     const std::optional<uint64_t> total = split_value(p0, "split.tensors.count");
     const SplitKey& k = p0.split["split.tensors.count"];
     if (ck.incomplete.empty() && (!total || *total != md.tensors.size()))
-      ck.incomplete.push_back({"gguf-split", Where(p0.path, k.present ? std::optional<uint64_t>(k.at) : std::nullopt, "split.tensors.count"),
-                               (k.present ? "split.tensors.count is " + k.text : std::string("no split.tensors.count key")) + "; the " +
-                                   std::to_string(shards.size()) + " shards hold " + std::to_string(md.tensors.size()) +
-                                   " tensors (llama.cpp: corrupted model)"});
+      ck.incomplete.push_back(
+          {"gguf-split",
+           Where(p0.path, k.present ? std::optional<uint64_t>(k.at) : std::nullopt, "split.tensors.count"),
+           (k.present ? "split.tensors.count is " + k.text : std::string("no split.tensors.count key")) + "; the " +
+               std::to_string(shards.size()) + " shards hold " + std::to_string(md.tensors.size()) +
+               " tensors (llama.cpp: corrupted model)"});
   } else {
     ck.values = given.values;
   }

@@ -11,7 +11,9 @@ namespace dcpctl {
 
 namespace {
 
-Checkpoint open_row(const Probe& p) { return gguf::open_gguf(p.path); }
+Checkpoint open_row(const Probe& p) {
+  return gguf::open_gguf(p.path);
+}
 
 }  // namespace
 

@@ -12,12 +12,15 @@ int64_t rows_unit(const TensorPlan& p, const std::vector<int64_t>& in) {
   if (p.permute_heads > 0) return in[0] / p.permute_heads;
   if (p.kv_b) return p.kv_b_nope + p.kv_b_v;
   if (p.qkv_groups) return in[0];  // Falcon's regrouping moves rows across the whole tensor
-  return 1;  // a row, an element, or an expert (gate_up, transpose, MXFP4: experts are dim 0)
+  return 1;                        // a row, an element, or an expert (gate_up, transpose, MXFP4: experts are dim 0)
 }
 
-bool moves_rows(const TensorPlan& p) { return p.permute_heads > 0 || p.kv_b || p.gate_up || p.transpose || p.qkv_groups; }
+bool moves_rows(const TensorPlan& p) {
+  return p.permute_heads > 0 || p.kv_b || p.gate_up || p.transpose || p.qkv_groups;
+}
 
-std::vector<float> convert_rows(const TensorPlan& p, std::vector<float> x, const std::vector<int64_t>& in, int64_t rows) {
+std::vector<float> convert_rows(const TensorPlan& p, std::vector<float> x, const std::vector<int64_t>& in,
+                                int64_t rows) {
   if (p.shift != 0)
     for (float& v : x) v += p.shift;
   if (!moves_rows(p)) return x;
@@ -26,18 +29,22 @@ std::vector<float> convert_rows(const TensorPlan& p, std::vector<float> x, const
   if (p.permute_heads > 0) {
     // Whole heads: the window's rows / (rows per head) of them, permuted as the tensor's are.
     const int64_t per_head = rows_unit(p, in), cols = rows ? static_cast<int64_t>(x.size()) / rows : 0;
-    if (per_head <= 0 || rows % per_head != 0) throw std::logic_error("gguf: a window of q/k rows that is not whole heads");
-    std::vector<uint8_t> moved = permute_rows(reinterpret_cast<const uint8_t*>(x.data()), rows, cols, 4, rows / per_head);
+    if (per_head <= 0 || rows % per_head != 0)
+      throw std::logic_error("gguf: a window of q/k rows that is not whole heads");
+    std::vector<uint8_t> moved =
+        permute_rows(reinterpret_cast<const uint8_t*>(x.data()), rows, cols, 4, rows / per_head);
     std::memcpy(x.data(), moved.data(), moved.size());
     return x;
   }
   if (p.qkv_groups) {
-    if (in.size() != 2 || rows != in[0]) throw std::logic_error("gguf: a window of Falcon's query_key_value that is not the whole tensor");
+    if (in.size() != 2 || rows != in[0])
+      throw std::logic_error("gguf: a window of Falcon's query_key_value that is not the whole tensor");
     return falcon_qkv_part(p, x.data(), rows, in[1]);
   }
   if (p.kv_b) {
     const int64_t per = rows_unit(p, in);
-    if (rows % per != 0 || in.size() != 2) throw std::logic_error("gguf: a window of kv_b_proj that is not whole heads");
+    if (rows % per != 0 || in.size() != 2)
+      throw std::logic_error("gguf: a window of kv_b_proj that is not whole heads");
     TensorPlan heads = p;
     heads.kv_b_heads = rows / per;
     return kv_b_part(heads, x.data(), in[1]);

@@ -39,7 +39,8 @@ bool moves_rows(const TensorPlan& p);
 // out) when the plan moves nothing, else the window's part of the output, permuted, split or
 // transposed; a plan's shift added to each value first, in float32 (a float16 source's sum is
 // rounded to float16 by the caller, which knows the source's type).
-std::vector<float> convert_rows(const TensorPlan& p, std::vector<float> x, const std::vector<int64_t>& in, int64_t rows);
+std::vector<float> convert_rows(const TensorPlan& p, std::vector<float> x, const std::vector<int64_t>& in,
+                                int64_t rows);
 
 // Each value rounded to float16 and back (a float16 source's shifted norm: TensorPlan::shift).
 void round_to_half(std::vector<float>& x);

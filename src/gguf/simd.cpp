@@ -44,8 +44,10 @@ DCPCTL_AVX2_F16C void f16_avx2(const float* x, size_t n, uint8_t* out) {
 // gguf-py's BF16 of 8 floats, as 8 int32 holding the halves.
 DCPCTL_AVX2_F16C __m256i bf16_8(const float* x) {
   __m256i n = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
-  const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(n, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
-  const __m256i quiet = _mm256_or_si256(_mm256_and_si256(n, _mm256_set1_epi32(static_cast<int>(0xffff0000u))), _mm256_set1_epi32(64 << 16));
+  const __m256i nan =
+      _mm256_cmpgt_epi32(_mm256_and_si256(n, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
+  const __m256i quiet = _mm256_or_si256(_mm256_and_si256(n, _mm256_set1_epi32(static_cast<int>(0xffff0000u))),
+                                        _mm256_set1_epi32(64 << 16));
   n = _mm256_blendv_epi8(n, quiet, nan);
   const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(n, 16), _mm256_set1_epi32(1));
   return _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(n, _mm256_set1_epi32(0x7fff)), lsb), 16);
@@ -113,7 +115,9 @@ bool cpu_has_avx2_f16c() {
   return __builtin_cpu_supports("avx2") && __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
 }
 #else
-bool cpu_has_avx2_f16c() { return false; }
+bool cpu_has_avx2_f16c() {
+  return false;
+}
 #endif
 
 }  // namespace
@@ -124,17 +128,25 @@ bool encode_isa_available(EncodeIsa isa) {
 }
 
 EncodeIsa best_encode_isa() {
-  static const EncodeIsa best = !scalar_forced() && encode_isa_available(EncodeIsa::Avx2) ? EncodeIsa::Avx2 : EncodeIsa::Scalar;
+  static const EncodeIsa best =
+      !scalar_forced() && encode_isa_available(EncodeIsa::Avx2) ? EncodeIsa::Avx2 : EncodeIsa::Scalar;
   return best;
 }
 
 bool encode_avx2(TensorType t, const float* x, size_t n, uint8_t* out) {
 #if defined(__x86_64__)
   switch (t) {
-    case TensorType::F16: f16_avx2(x, n, out); return true;
-    case TensorType::BF16: bf16_avx2(x, n, out); return true;
-    case TensorType::Q8_0: q8_0_avx2(x, n, out); return true;
-    default: return false;
+    case TensorType::F16:
+      f16_avx2(x, n, out);
+      return true;
+    case TensorType::BF16:
+      bf16_avx2(x, n, out);
+      return true;
+    case TensorType::Q8_0:
+      q8_0_avx2(x, n, out);
+      return true;
+    default:
+      return false;
   }
 #else
   (void)t, (void)x, (void)n, (void)out;

@@ -3,8 +3,8 @@
 
 #include <sentencepiece_processor.h>
 
-#include "util/error.h"
 #include "gguf/model.h"
+#include "util/error.h"
 
 namespace dcpctl::gguf {
 
@@ -52,7 +52,8 @@ void phi3_added(SpmVocab& v, size_t k, const json& data, const std::string& what
     throw UnsupportedError(Where(where), what + " is past config.json's vocab_size " + std::to_string(v.tokens.size()) +
                                              ": llama.cpp's converter fails on it (Phi3MiniModel.set_vocab)");
   const json special = data.value("special", json());
-  if (!special.is_null() && !special.is_boolean()) throw UnsupportedError(Where(where), what + ": special is " + special.dump());
+  if (!special.is_null() && !special.is_boolean())
+    throw UnsupportedError(Where(where), what + ": special is " + special.dump());
   v.tokens[k] = data["content"].get<std::string>();
   v.scores[k] = -1000.0f;
   v.types[k] = special.is_boolean() && special.get<bool>() ? kPieceControl : kPieceUserDefined;
@@ -98,8 +99,9 @@ SpmVocab spm_vocab(const std::string& model, const std::string& model_path, cons
   v.scores.assign(static_cast<size_t>(n), -10000.0f);
   v.types.assign(static_cast<size_t>(n), kPieceUnused);
   if (phi3 && pieces > n)  // tokens[token_id] = ...: an IndexError in Phi3MiniModel.set_vocab
-    throw UnsupportedError(Where(model_path), "tokenizer.model has " + std::to_string(pieces) + " pieces, more than config.json's vocab_size " +
-                                                  std::to_string(n) + ": llama.cpp's converter fails on it (Phi3MiniModel.set_vocab)");
+    throw UnsupportedError(Where(model_path), "tokenizer.model has " + std::to_string(pieces) +
+                                                  " pieces, more than config.json's vocab_size " + std::to_string(n) +
+                                                  ": llama.cpp's converter fails on it (Phi3MiniModel.set_vocab)");
   for (int id = 0; id < pieces && id < n; ++id) {
     int32_t type = kPieceNormal;
     if (sp.IsUnknown(id))
@@ -144,11 +146,14 @@ SpmVocab spm_vocab(const std::string& model, const std::string& model_path, cons
       }
       v.scores[k] = -1000.0f, v.tokens[k] = text;
     }
-  if (phi3 && phi3_tokenizer->is_object() && phi3_tokenizer->contains("added_tokens") && (*phi3_tokenizer)["added_tokens"].is_array())
+  if (phi3 && phi3_tokenizer->is_object() && phi3_tokenizer->contains("added_tokens") &&
+      (*phi3_tokenizer)["added_tokens"].is_array())
     for (const json& a : (*phi3_tokenizer)["added_tokens"]) {
       if (!a.is_object() || !a.contains("id") || !a.contains("content") || !a["content"].is_string())
-        throw UnsupportedError(Where(where), "tokenizer.json's added token " + a.dump() + " has no id and content string");
-      phi3_added(v, token_id_of(a["id"], "tokenizer.json's added token id", where), a, "tokenizer.json's added token " + a["id"].dump(), where);
+        throw UnsupportedError(Where(where),
+                               "tokenizer.json's added token " + a.dump() + " has no id and content string");
+      phi3_added(v, token_id_of(a["id"], "tokenizer.json's added token id", where), a,
+                 "tokenizer.json's added token " + a["id"].dump(), where);
     }
   return v;
 }

@@ -65,8 +65,8 @@ struct SpmVocab {
 // `phi3_tokenizer` non-null: Phi3MiniModel.set_vocab's own reading instead (below), with that
 // tokenizer.json (a null json: none).
 SpmVocab spm_vocab(const std::string& model, const std::string& model_path, const nlohmann::json& config,
-                   const nlohmann::json& added_tokens, const nlohmann::json& tokenizer_config,
-                   const std::string& where, const nlohmann::json* phi3_tokenizer = nullptr);
+                   const nlohmann::json& added_tokens, const nlohmann::json& tokenizer_config, const std::string& where,
+                   const nlohmann::json* phi3_tokenizer = nullptr);
 
 // LlamaModel.set_vocab's own key before the tokenizer's (general.architecture llama); UnsupportedError
 // for the vocabulary sizes it adds keys after them for.

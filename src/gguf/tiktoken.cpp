@@ -8,9 +8,9 @@
 #include <utility>
 #include <vector>
 
+#include "gguf/vocab.h"
 #include "util/base64.h"
 #include "util/error.h"
-#include "gguf/vocab.h"
 
 namespace dcpctl::gguf {
 
@@ -25,7 +25,9 @@ std::string as_text(std::string_view token) {
   return s;
 }
 
-bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
+bool is_space(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+}
 
 // tiktoken's load_tiktoken_bpe: bytes.splitlines(), each non-empty line split() into the token and
 // its rank; a dict, so a repeated token keeps its first place and takes the last rank.
@@ -106,8 +108,8 @@ bool is_kimi_tokenizer(const json& tconf) {
   return name == "tokenization_kimi.TikTokenTokenizer";
 }
 
-void add_kimi_tokenizer_keys(Header& h, const json& config, const std::string& tiktoken, const json& tconf, const std::string& jinja,
-                             const std::string& where) {
+void add_kimi_tokenizer_keys(Header& h, const json& config, const std::string& tiktoken, const json& tconf,
+                             const std::string& jinja, const std::string& where) {
   const Ranks r = read_ranks(tiktoken, where);
   // vocab (token text -> rank) and the merges, in the ranks' order.
   std::vector<std::pair<std::string, int64_t>> named;  // {**vocab, **special_tokens}, in order
@@ -137,15 +139,18 @@ void add_kimi_tokenizer_keys(Header& h, const json& config, const std::string& t
       } catch (const std::exception&) {
         used = 0;
       }
-      std::string content = v.is_object() && v.contains("content") && v["content"].is_string() ? v["content"].get<std::string>()
-                            : v.is_string()                                                      ? v.get<std::string>()
-                                                                                                 : std::string();
+      std::string content = v.is_object() && v.contains("content") && v["content"].is_string()
+                                ? v["content"].get<std::string>()
+                            : v.is_string() ? v.get<std::string>()
+                                            : std::string();
       if (used != k.size() || content.empty())
-        throw UnsupportedError(Where(where, std::nullopt, "added_tokens_decoder." + k), "tokenizer_config.json's added token is not an id and a content");
+        throw UnsupportedError(Where(where, std::nullopt, "added_tokens_decoder." + k),
+                               "tokenizer_config.json's added token is not an id and a content");
       decoder[id] = content;
     }
   const int64_t base = static_cast<int64_t>(r.order.size());
-  std::vector<std::pair<std::string, int64_t>> special;  // the dict comprehension: a repeated name keeps its first place, its last id
+  std::vector<std::pair<std::string, int64_t>>
+      special;  // the dict comprehension: a repeated name keeps its first place, its last id
   std::unordered_map<std::string, size_t> special_at;
   for (int64_t i = base; i < base + 256 + 2; ++i) {
     auto d = decoder.find(i);
@@ -191,25 +196,28 @@ void add_kimi_tokenizer_keys(Header& h, const json& config, const std::string& t
   // tokenizer_config.json's bos_token & co. in, so the ids are config.json's alone. Its cls has no
   // GGUFWriter method (add_to_gguf skips it with a warning), so none is written.
   static const char* kTypes[] = {"bos", "eos", "unk", "sep", "pad", "mask"};
-  static const char* kIdKeys[] = {"bos_token_id", "eos_token_id", "unknown_token_id", "seperator_token_id",
-                                  "padding_token_id", "mask_token_id"};
+  static const char* kIdKeys[] = {"bos_token_id",       "eos_token_id",     "unknown_token_id",
+                                  "seperator_token_id", "padding_token_id", "mask_token_id"};
   for (size_t t = 0; t < 6; ++t) {
     json v = config.value(std::string(kTypes[t]) + "_token_id", json());
     if (v.is_null() && config.contains("text_config") && config["text_config"].is_object())
       v = config["text_config"].value(std::string(kTypes[t]) + "_token_id", json());
-    if (v.is_boolean()) throw UnsupportedError(Where(where), std::string("config.json's ") + kTypes[t] + "_token_id is a boolean");
+    if (v.is_boolean())
+      throw UnsupportedError(Where(where), std::string("config.json's ") + kTypes[t] + "_token_id is a boolean");
     if (v.is_number_integer() && v.get<int64_t>() < 0)
-      throw UnsupportedError(Where(where), std::string("config.json's ") + kTypes[t] + "_token_id is negative (the converter fails)");
+      throw UnsupportedError(Where(where),
+                             std::string("config.json's ") + kTypes[t] + "_token_id is negative (the converter fails)");
     if (v.is_number_integer()) h.add_u32(std::string("tokenizer.ggml.") + kIdKeys[t], v.get<uint32_t>());
   }
   if (!tconf.is_object() || tconf.empty()) return;  // "if not tokenizer_config: return"
-  for (const char* typ : {"bos", "eos", "sep"})  // the add_*_token gguf-py has a key for, in SpecialVocab's order
+  for (const char* typ : {"bos", "eos", "sep"})     // the add_*_token gguf-py has a key for, in SpecialVocab's order
     if (auto e = tconf.find(std::string("add_") + typ + "_token"); e != tconf.end() && e->is_boolean())
       h.add_bool(std::string("tokenizer.ggml.add_") + typ + "_token", e->get<bool>());
   json chat_template = jinja.empty() ? json() : json(jinja);
   if (tconf.contains("chat_template")) chat_template = tconf["chat_template"];
   if (!chat_template.is_null() && !chat_template.is_string())
-    throw UnsupportedError(Where(where), "a chat_template that is not one string is not written into a GGUF by dcpctl yet");
+    throw UnsupportedError(Where(where),
+                           "a chat_template that is not one string is not written into a GGUF by dcpctl yet");
   if (chat_template.is_string()) h.add_string("tokenizer.chat_template", chat_template.get<std::string>());
 }
 

@@ -11,10 +11,10 @@
 namespace dcpctl::gguf {
 
 struct GgmlType {
-  uint32_t id;                // ggml_type
-  const char* name;           // "Q8_0": gguf-py's name
-  uint32_t block;             // elements per block (1 for plain types); a row holds whole blocks
-  uint32_t block_bytes;       // bytes per block
+  uint32_t id;                 // ggml_type
+  const char* name;            // "Q8_0": gguf-py's name
+  uint32_t block;              // elements per block (1 for plain types); a row holds whole blocks
+  uint32_t block_bytes;        // bytes per block
   std::optional<DType> plain;  // the torch dtype of a plain type (F32, F16, BF16, I8 ... F64); none for a block type
 };
 

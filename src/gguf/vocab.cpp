@@ -6,11 +6,11 @@
 #include <utility>
 #include <vector>
 
-#include "util/error.h"
-#include "util/sha256.h"
 #include "gguf/hf_tokenizer.h"
 #include "gguf/normalizer.h"
 #include "gguf/pretokenizer.h"
+#include "util/error.h"
+#include "util/sha256.h"
 
 namespace dcpctl::gguf {
 
@@ -20,13 +20,17 @@ using nlohmann::json;
 // SHA-256 of its encoding of this text, so the digest cannot be computed without it. From llama.cpp
 // (MIT License, Copyright (c) 2023-2026 The ggml authors), as shipped in llama-cpp-python 0.3.36.
 const char* const kCheckText =
-    "\n \n\n \n\n\n \t \t\t \t\n  \n   \n    \n     \n🚀 (normal) 😶\u200d🌫\ufe0f (multiple emojis concatenated) ✅ 🦙🦙 3 33 333 3333 33333 333333 3333333 33333333 3.3 3..3 3...3 កាន់តែពិសេសអាច😁 \?我想在apple工作1314151天～ ------======= нещо на Български ''''''```````\"\"\"\"......!!!!!!\?\?\?\?\?\? I've been 'told he's there, 'RE you sure\? 'M not sure I'll make it, 'D you like some tea\? We'Ve a'lL";
+    "\n \n\n \n\n\n \t \t\t \t\n  \n   \n    \n     \n🚀 (normal) 😶\u200d🌫\ufe0f (multiple emojis concatenated) ✅ "
+    "🦙🦙 3 33 333 3333 33333 333333 3333333 33333333 3.3 3..3 3...3 កាន់តែពិសេសអាច😁 \?我想在apple工作1314151天～ "
+    "------======= нещо на Български ''''''```````\"\"\"\"......!!!!!!\?\?\?\?\?\? I've been 'told he's there, 'RE you "
+    "sure\? 'M not sure I'll make it, 'D you like some tea\? We'Ve a'lL";
 
 namespace {
 
 [[noreturn]] void refuse_digest(const std::string& where, const std::string& what) {
-  throw UnsupportedError(Where(where), "llama.cpp's converter names a tokenizer by its output, and dcpctl cannot run this one: " +
-                                           what + " (tokenizer.ggml.pre)");
+  throw UnsupportedError(
+      Where(where), "llama.cpp's converter names a tokenizer by its output, and dcpctl cannot run this one: " + what +
+                        " (tokenizer.ggml.pre)");
 }
 
 }  // namespace

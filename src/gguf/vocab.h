@@ -39,8 +39,8 @@ extern const char* const kCheckText;
 // The SHA-256 (hex) of str(ids) for kCheckText under this tokenizer, as the converter computes it.
 // `tokenizer_config` is tokenizer_config.json (null: none), `config` config.json (its model_type
 // decides transformers' class). UnsupportedError naming what is not reproduced.
-std::string pre_digest(const nlohmann::json& tokenizer, const nlohmann::json& tokenizer_config, const nlohmann::json& config,
-                       const std::string& where);
+std::string pre_digest(const nlohmann::json& tokenizer, const nlohmann::json& tokenizer_config,
+                       const nlohmann::json& config, const std::string& where);
 
 // GPT-2's bytes_to_unicode (byte-level BPE; QwenModel.token_bytes_to_string): each byte as the UTF-8
 // of the code point that spells it.

@@ -44,14 +44,14 @@ void LocalChunks::done(const TensorMeta& t, size_t chunk) {
   if (decoded_) decoded_->done(t, chunk);
 }
 
-void ChunkSource::read_range(unsigned lane, const TensorMeta& t, size_t chunk, uint64_t from, uint64_t n, uint8_t* dst) {
+void ChunkSource::read_range(unsigned lane, const TensorMeta& t, size_t chunk, uint64_t from, uint64_t n,
+                             uint8_t* dst) {
   uint64_t total = t.chunk_numel(chunk) * itemsize(*t.dtype);
   if (from == 0 && n == total) return read_into(lane, t, chunk, dst);
   std::vector<uint8_t> whole(total);
   read_into(lane, t, chunk, whole.data());
   std::memcpy(dst, whole.data() + from, n);
 }
-
 
 void assemble_box(ChunkSource& src, const TensorMeta& t, const Box& box, const std::vector<Piece>& pieces, uint8_t* dst,
                   unsigned threads, unsigned lane) {

@@ -75,7 +75,9 @@ class LocalChunks final : public ChunkSource {
  public:
   explicit LocalChunks(const ItemReader& reader, uint64_t window = 16ull << 20, DecodedChunks* decoded = nullptr)
       : reader_(reader), window_(window), decoded_(decoded) {}
-  std::optional<DirectRun> in_place(const TensorMeta& t, size_t chunk) const override { return reader_.direct_run(t, chunk); }
+  std::optional<DirectRun> in_place(const TensorMeta& t, size_t chunk) const override {
+    return reader_.direct_run(t, chunk);
+  }
   void read(unsigned lane, const TensorMeta& t, size_t chunk, const WindowFn& fn, GateCharge charge) override;
   void read_into(unsigned, const TensorMeta& t, size_t chunk, uint8_t* dst) override;
   void read_range(unsigned, const TensorMeta& t, size_t chunk, uint64_t from, uint64_t n, uint8_t* dst) override;

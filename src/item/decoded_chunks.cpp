@@ -29,7 +29,8 @@ void DecodedChunks::read(const TensorMeta& t, size_t chunk, uint64_t from, uint6
   uint64_t total = t.chunk_numel(chunk) * itemsize(*t.dtype);
   if (from > total || n > total - from)
     throw Error(Where(reader_.checkpoint().metadata_path, std::nullopt, t.fqn),
-                "internal: bytes [" + std::to_string(from) + ", +" + std::to_string(n) + ") of a chunk of " + std::to_string(total));
+                "internal: bytes [" + std::to_string(from) + ", +" + std::to_string(n) + ") of a chunk of " +
+                    std::to_string(total));
   Entry* e = find(t, chunk);
   if (e) {
     std::unique_lock<std::mutex> lock(e->mu);

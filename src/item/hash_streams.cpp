@@ -1,16 +1,16 @@
 #include "item/hash_streams.h"
 
 #include <algorithm>
-#include <cstdint>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <mutex>
 #include <optional>
 #include <thread>
 
 #include "store/file.h"
-#include "util/error.h"
 #include "util/crc32.h"
+#include "util/error.h"
 #include "util/sha256.h"
 
 namespace dcpctl {
@@ -41,13 +41,13 @@ struct Job {
 // its elements valid while readers push at the back and the hasher pops at the front.
 struct Lane {
   std::vector<size_t> streams;
-  size_t at_stream = 0, at_run = 0;  // the cursor: the next window starts `done` bytes into
-  uint64_t done = 0;                 // run `at_run` of stream `at_stream`
-  size_t cut_stream = SIZE_MAX;      // the stream of the last window cut
-  std::deque<Job> queue;             // windows taken by readers and not yet hashed, in order
-  uint64_t ahead = 0;                // their bytes
+  size_t at_stream = 0, at_run = 0;       // the cursor: the next window starts `done` bytes into
+  uint64_t done = 0;                      // run `at_run` of stream `at_stream`
+  size_t cut_stream = SIZE_MAX;           // the stream of the last window cut
+  std::deque<Job> queue;                  // windows taken by readers and not yet hashed, in order
+  uint64_t ahead = 0;                     // their bytes
   std::condition_variable* cv = nullptr;  // its hasher's
-  std::optional<Sha256> sha;  // the stream being hashed (the hasher's)
+  std::optional<Sha256> sha;              // the stream being hashed (the hasher's)
   uint32_t crc = 0;
   bool exhausted() const { return at_stream == streams.size(); }
   bool finished() const { return queue.empty() && exhausted(); }
@@ -328,7 +328,8 @@ class HashRunner {
 
 }  // namespace
 
-std::vector<StreamDigest> hash_streams(const std::vector<HashStream>& streams, const HashPipeline& p, MemoryGate& gate) {
+std::vector<StreamDigest> hash_streams(const std::vector<HashStream>& streams, const HashPipeline& p,
+                                       MemoryGate& gate) {
   if (p.slot_bytes <= 2 * kDirectAlign || p.slot_bytes % kDirectAlign)
     throw std::invalid_argument("hash_streams: a slot must hold a read of more than two blocks");
   return HashRunner(streams, p, gate).run();

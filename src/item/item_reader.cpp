@@ -50,13 +50,16 @@ const ReadFile& ItemReader::file(uint32_t index, const Where& where) const {
     // A referenced file that is not there makes the checkpoint incomplete (3), as verify says;
     // one that is there but cannot be read is an I/O error (4).
     if (!fi.size && fi.missing)
-      throw FormatError(Where(ck_.path_of(index), std::nullopt, where.key), "data file missing: the checkpoint is incomplete (" + fi.error + ")");
-    if (!fi.size) throw IoError(Where(ck_.path_of(index), std::nullopt, where.key), "data file unavailable: " + fi.error);
+      throw FormatError(Where(ck_.path_of(index), std::nullopt, where.key),
+                        "data file missing: the checkpoint is incomplete (" + fi.error + ")");
+    if (!fi.size)
+      throw IoError(Where(ck_.path_of(index), std::nullopt, where.key), "data file unavailable: " + fi.error);
     files_[index] = std::make_unique<ReadFile>(ck_.path_of(index));
     if (!readahead_) files_[index]->no_readahead();
     if (index < expected_.size()) files_[index]->expect(std::move(expected_[index]));
     for (const Checkpoint::RecordCrc& r : ck_.record_crcs)
-      if (r.file == index) files_[index]->ledger().watch(files_[index]->path(), r.offset, r.size, r.crc, r.key, r.record);
+      if (r.file == index)
+        files_[index]->ledger().watch(files_[index]->path(), r.offset, r.size, r.crc, r.key, r.record);
   }
   return *files_[index];
 }
@@ -71,8 +74,9 @@ ItemReader::Opened ItemReader::open(const StorageRef& ref, const std::string& ke
     if (auto it = provided_.find({ref.file, ref.offset}); it != provided_.end()) provided = it->second;
   }
   if (provided) {
-    o.src = ref.transforms == 0 ? provided
-                                : undo_transforms(*provided, ck_.md.transform_sets.at(ref.transforms), max_decoded, o.where);
+    o.src = ref.transforms == 0
+                ? provided
+                : undo_transforms(*provided, ck_.md.transform_sets.at(ref.transforms), max_decoded, o.where);
   } else {
     const ReadFile& f = file(ref.file, o.where);
     if (ref.offset > f.size() || ref.length > f.size() - ref.offset)
@@ -98,7 +102,7 @@ void ItemReader::read_rest_of_record(const ReadFile& f, const StorageRef& ref, c
   --it;
   uint64_t rec = it->first, size = it->second;
   if (ref.offset - rec > size || ref.length > size - (ref.offset - rec)) return;  // not inside this record
-  if (ref.offset == rec && ref.length == size) return;                          // the view is the record
+  if (ref.offset == rec && ref.length == size) return;                            // the view is the record
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!rest_read_.insert({ref.file, rec}).second) return;
@@ -135,8 +139,9 @@ TensorBlob ItemReader::check_blob(Opened& o, const TensorMeta& t, size_t chunk) 
     for (size_t d = t.ndim(); d-- > 1;) b.stride[d - 1] = b.stride[d] * std::max<int64_t>(b.size[d], 1);
     b.storage_bytes = o.src->size();
     if (b.numel() * itemsize(b.dtype) != o.src->size())
-      throw FormatError(o.where, "chunk " + std::to_string(chunk) + " needs " + std::to_string(b.numel() * itemsize(b.dtype)) +
-                                     " bytes but its item holds " + std::to_string(o.src->size()));
+      throw FormatError(o.where, "chunk " + std::to_string(chunk) + " needs " +
+                                     std::to_string(b.numel() * itemsize(b.dtype)) + " bytes but its item holds " +
+                                     std::to_string(o.src->size()));
     return b;
   }
   if (o.zip->has("byteorder")) {
@@ -159,12 +164,15 @@ TensorBlob ItemReader::check_blob(Opened& o, const TensorMeta& t, size_t chunk) 
     throw FormatError(o.where, std::string("chunk ") + std::to_string(chunk) + " holds " + torch_name(b.dtype) +
                                    " but .metadata says " + t.dtype_name);
   if (b.size.size() != t.ndim() || !std::equal(b.size.begin(), b.size.end(), t.chunk_sizes(chunk)))
-    throw FormatError(o.where, "chunk " + std::to_string(chunk) + " holds shape " + dims_text(b.size.data(), b.size.size()) +
-                                   " but .metadata says " + dims_text(t.chunk_sizes(chunk), t.ndim()));
+    throw FormatError(o.where, "chunk " + std::to_string(chunk) + " holds shape " +
+                                   dims_text(b.size.data(), b.size.size()) + " but .metadata says " +
+                                   dims_text(t.chunk_sizes(chunk), t.ndim()));
   return b;
 }
 
-TensorBlob ItemReader::describe_chunk(const TensorMeta& t, size_t chunk) const { return describe_in(ck_.derived.get(), t, chunk); }
+TensorBlob ItemReader::describe_chunk(const TensorMeta& t, size_t chunk) const {
+  return describe_in(ck_.derived.get(), t, chunk);
+}
 
 namespace {
 
@@ -236,7 +244,8 @@ RecordLocation ItemReader::watch_storage(Opened& o, const TensorBlob& b, size_t 
   std::vector<uint8_t> buf;
   auto read_span = [&](uint64_t a, uint64_t z) {
     buf.resize(std::min<uint64_t>(z - a, 1 << 20));
-    for (uint64_t at = a; at < z; at += buf.size()) o.src->read(rec.offset + at, buf.data(), std::min<uint64_t>(buf.size(), z - at));
+    for (uint64_t at = a; at < z; at += buf.size())
+      o.src->read(rec.offset + at, buf.data(), std::min<uint64_t>(buf.size(), z - at));
   };
   if (from > 0) read_span(0, from);
   if (to < rec.size) read_span(to, rec.size);
@@ -257,7 +266,9 @@ class ItemReader::TableReads final : public TensorReads {
   }
   // Assembled from its chunks (a scale, an adapter's A and B): one chunk in flight besides it.
   std::vector<uint8_t> read_whole(const TensorMeta& t) const override {
-    if (!t.dtype) throw UnsupportedError(Where(reader_.ck_.metadata_path, std::nullopt, t.fqn), "tensor of unknown dtype " + t.dtype_name);
+    if (!t.dtype)
+      throw UnsupportedError(Where(reader_.ck_.metadata_path, std::nullopt, t.fqn),
+                             "tensor of unknown dtype " + t.dtype_name);
     const size_t item = itemsize(*t.dtype);
     std::vector<uint8_t> out(t.numel() * item);
     Box whole = whole_box(t);
@@ -275,9 +286,11 @@ class ItemReader::TableReads final : public TensorReads {
   const DerivedTable* table_;
 };
 
-void ItemReader::read_in(const DerivedTable* table, const TensorMeta& t, size_t chunk, uint64_t from, uint64_t n, void* dst) const {
+void ItemReader::read_in(const DerivedTable* table, const TensorMeta& t, size_t chunk, uint64_t from, uint64_t n,
+                         void* dst) const {
   if (table)
-    if (const DerivedTable::Entry* e = table->find(t.fqn)) return e->tensor->read(TableReads(*this, e->inputs.get()), chunk, from, n, dst);
+    if (const DerivedTable::Entry* e = table->find(t.fqn))
+      return e->tensor->read(TableReads(*this, e->inputs.get()), chunk, from, n, dst);
   read_raw(t, chunk, from, n, dst);
 }
 
@@ -286,7 +299,8 @@ void ItemReader::read_chunk_bytes(const TensorMeta& t, size_t chunk, uint64_t fr
 }
 
 void ItemReader::read_raw(const TensorMeta& t, size_t chunk, uint64_t from, uint64_t n, void* dst) const {
-  if (!t.dtype) throw UnsupportedError(Where(ck_.metadata_path, std::nullopt, t.fqn), "tensor of unknown dtype " + t.dtype_name);
+  if (!t.dtype)
+    throw UnsupportedError(Where(ck_.metadata_path, std::nullopt, t.fqn), "tensor of unknown dtype " + t.dtype_name);
   Opened o = open_chunk(t, chunk);
   TensorBlob b = check_blob(o, t, chunk);
   size_t item = itemsize(b.dtype);
@@ -314,9 +328,13 @@ void ItemReader::read_raw(const TensorMeta& t, size_t chunk, uint64_t from, uint
   }
 }
 
-std::optional<DirectRun> ItemReader::direct_run(const TensorMeta& t, size_t chunk) const { return find_run(t, chunk, true); }
+std::optional<DirectRun> ItemReader::direct_run(const TensorMeta& t, size_t chunk) const {
+  return find_run(t, chunk, true);
+}
 
-bool ItemReader::readable_in_place(const TensorMeta& t, size_t chunk) const { return find_run(t, chunk, false).has_value(); }
+bool ItemReader::readable_in_place(const TensorMeta& t, size_t chunk) const {
+  return find_run(t, chunk, false).has_value();
+}
 
 std::optional<DirectRun> ItemReader::find_run(const TensorMeta& t, size_t chunk, bool watch) const {
   // A derived tensor is computed, never copied.

@@ -2,26 +2,26 @@
 //
 // An item is the byte window [offset, offset + length) of `relative_path` named by its
 // storage_data entry; after undoing its stream transforms (if any) it is a torch.save zip
-// (torch_zip.h), or for ItemFormat::Raw (safetensors layouts) the chunk's dense bytes. Tensor chunks are read straight from the file at their record's offset when the
-// item is untransformed; transformed items are decoded in memory (bounded by the item's size).
-// Every check compares what data.pkl says with what `.metadata` says (dtype, shape, byte counts)
-// and reports mismatches with file, offset and key. Safe to use from several threads.
+// (torch_zip.h), or for ItemFormat::Raw (safetensors layouts) the chunk's dense bytes. Tensor chunks are read straight
+// from the file at their record's offset when the item is untransformed; transformed items are decoded in memory
+// (bounded by the item's size). Every check compares what data.pkl says with what `.metadata` says (dtype, shape, byte
+// counts) and reports mismatches with file, offset and key. Safe to use from several threads.
 #pragma once
 
 #include <functional>
 #include <map>
-#include <set>
-#include <unordered_map>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
-#include "store/source.h"
 #include "item/tensor_blob.h"
 #include "meta/checkpoint.h"
 #include "pickle/tree.h"
+#include "store/source.h"
 
 namespace dcpctl {
 
@@ -110,7 +110,8 @@ class ItemReader {
   // A tensor of the table `table` (null: the saved tensors): computed by its DerivedTensor when the
   // table has one of that name, else read as saved.
   class TableReads;
-  void read_in(const DerivedTable* table, const TensorMeta& t, size_t chunk, uint64_t from, uint64_t n, void* dst) const;
+  void read_in(const DerivedTable* table, const TensorMeta& t, size_t chunk, uint64_t from, uint64_t n,
+               void* dst) const;
   TensorBlob describe_in(const DerivedTable* table, const TensorMeta& t, size_t chunk) const;
   // read_chunk_bytes of a tensor as saved.
   void read_raw(const TensorMeta& t, size_t chunk, uint64_t from, uint64_t n, void* dst) const;
@@ -120,9 +121,10 @@ class ItemReader {
   mutable std::mutex mu_;
   mutable std::vector<std::unique_ptr<ReadFile>> files_;
   bool readahead_ = true;
-  mutable std::vector<std::vector<std::pair<uint64_t, uint64_t>>> expected_;  // per file, moved out when it is opened (under mu_)
+  mutable std::vector<std::vector<std::pair<uint64_t, uint64_t>>>
+      expected_;  // per file, moved out when it is opened (under mu_)
   std::map<std::pair<uint32_t, uint64_t>, std::shared_ptr<const ByteSource>> provided_;  // (file, offset)
-  std::vector<std::map<uint64_t, uint64_t>> records_;  // per file: watched record offset -> size
+  std::vector<std::map<uint64_t, uint64_t>> records_;          // per file: watched record offset -> size
   mutable std::set<std::pair<uint32_t, uint64_t>> rest_read_;  // (file, record offset) done
 };
 

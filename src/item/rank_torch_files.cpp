@@ -99,7 +99,8 @@ std::string global_name(const Value& v) {
 
 bool class_named(const Value& v, std::string_view name) {
   const Value* g = v.kind == Kind::Object ? &v.as_object().callable : &v;
-  return g->kind == Kind::Global && g->as_global().name == name && g->as_global().module.rfind("torch.distributed", 0) == 0;
+  return g->kind == Kind::Global && g->as_global().name == name &&
+         g->as_global().module.rfind("torch.distributed", 0) == 0;
 }
 
 // An attribute of a pickled object: its BUILD state is its __dict__, or (__dict__ or None,
@@ -140,7 +141,8 @@ struct Leaf {
 std::optional<std::vector<int64_t>> mesh_shape_of(const Value& mesh, const Where& w) {
   if (const Value* m = attr(mesh, "mesh"); m && is_tensor(*m))  // torch <= 2.14: the rank grid itself
     return interpret_tensor_pickle(*m, w).size;
-  if (const Value* layout = attr(mesh, "_layout")) {  // torch 2.15: _MeshLayout{axes: (_FlatLayout{shape, stride}, ...)}
+  if (const Value* layout =
+          attr(mesh, "_layout")) {  // torch 2.15: _MeshLayout{axes: (_FlatLayout{shape, stride}, ...)}
     const Value* axes = attr(*layout, "axes");
     if (!axes || (axes->kind != Kind::Tuple && axes->kind != Kind::List)) return std::nullopt;
     std::vector<int64_t> out;
@@ -149,7 +151,8 @@ std::optional<std::vector<int64_t>> mesh_shape_of(const Value& mesh, const Where
       if (!shape) return std::nullopt;
       int64_t n = 1;
       for (int64_t d : *shape) {
-        if (d < 1 || d > (int64_t{1} << 24) || n > (int64_t{1} << 24)) throw FormatError(w, "a DeviceMesh axis of shape " + dims_text(*shape));
+        if (d < 1 || d > (int64_t{1} << 24) || n > (int64_t{1} << 24))
+          throw FormatError(w, "a DeviceMesh axis of shape " + dims_text(*shape));
         n *= d;
       }
       out.push_back(n);
@@ -161,9 +164,11 @@ std::optional<std::vector<int64_t>> mesh_shape_of(const Value& mesh, const Where
 
 Leaf read_leaf(const Value& v_in, const Where& w) {
   const Value* v = &v_in;
-  if (v->is_global("torch._utils", "_rebuild_parameter") || v->is_global("torch._utils", "_rebuild_parameter_with_state")) {
+  if (v->is_global("torch._utils", "_rebuild_parameter") ||
+      v->is_global("torch._utils", "_rebuild_parameter_with_state")) {
     const Value& a = v->as_object().args;
-    if (a.kind == Kind::Tuple && a.len >= 1 && a.items()[0].is_global("torch._tensor", "_rebuild_from_type_v2")) v = &a.items()[0];
+    if (a.kind == Kind::Tuple && a.len >= 1 && a.items()[0].is_global("torch._tensor", "_rebuild_from_type_v2"))
+      v = &a.items()[0];
   }
   Leaf leaf;
   if (!v->is_global("torch._tensor", "_rebuild_from_type_v2")) {
@@ -172,13 +177,15 @@ Leaf read_leaf(const Value& v_in, const Where& w) {
     return leaf;
   }
   const Value& args = v->as_object().args;
-  if (args.kind != Kind::Tuple || args.len < 4) throw FormatError(w, "_rebuild_from_type_v2 without (func, type, args, state)");
+  if (args.kind != Kind::Tuple || args.len < 4)
+    throw FormatError(w, "_rebuild_from_type_v2 without (func, type, args, state)");
   pickle::Items a = args.items();
   if (!class_named(a[1], "DTensor"))
     throw UnsupportedError(w, "a tensor subclass " + global_name(a[1]) + " (only DTensor is read)");
   leaf.dtensor = true;
   const Value& wrap = a[2];  // (cls, dtype, size, stride, storage_offset, layout, device, requires_grad)
-  if (wrap.kind != Kind::Tuple || wrap.len < 3) throw FormatError(w, "DTensor rebuild arguments are not (cls, dtype, size, ...)");
+  if (wrap.kind != Kind::Tuple || wrap.len < 3)
+    throw FormatError(w, "DTensor rebuild arguments are not (cls, dtype, size, ...)");
   if (wrap.items()[1].kind == Kind::Global) leaf.global_dtype = dtype_from_torch_name(wrap.items()[1].as_global().name);
   auto size = int_tuple(&wrap.items()[2]);
   if (!size) throw FormatError(w, "DTensor global size is not a tuple of ints");
@@ -233,13 +240,15 @@ Leaf read_leaf(const Value& v_in, const Where& w) {
   leaf.placements_text += ")";
   // torch 2.15's shard_order: which mesh dims shard each tensor dim, in the order applied. Only
   // the default (ascending mesh dims, what compute_local_shape_and_global_offset assumes) is read.
-  if (const Value* order = attr(*spec, "shard_order"); order && (order->kind == Kind::Tuple || order->kind == Kind::List)) {
+  if (const Value* order = attr(*spec, "shard_order");
+      order && (order->kind == Kind::Tuple || order->kind == Kind::List)) {
     for (const Value& e : order->items()) {
       const Value& entry_args = e.kind == Kind::Object ? e.as_object().args : e;
       if (entry_args.kind != Kind::Tuple || entry_args.len < 2) continue;
       auto mesh_dims = int_tuple(&entry_args.items()[1]);
       if (mesh_dims && !std::is_sorted(mesh_dims->begin(), mesh_dims->end()))
-        throw UnsupportedError(w, "a DTensor whose shard_order is not the default (mesh dims " + dims_text(*mesh_dims) + ")");
+        throw UnsupportedError(
+            w, "a DTensor whose shard_order is not the default (mesh dims " + dims_text(*mesh_dims) + ")");
     }
   }
   const Value* mesh = attr(*spec, "mesh");
@@ -249,12 +258,13 @@ Leaf read_leaf(const Value& v_in, const Where& w) {
   if (!coord->is_none()) {
     leaf.coordinate = int_tuple(coord);
     if (!leaf.coordinate || leaf.coordinate->size() != leaf.placements.size())
-      throw FormatError(w, "the mesh coordinate does not match the placements (" + std::to_string(leaf.placements.size()) + " mesh dims)");
+      throw FormatError(w, "the mesh coordinate does not match the placements (" +
+                               std::to_string(leaf.placements.size()) + " mesh dims)");
   }
   leaf.mesh_shape = mesh_shape_of(*mesh, w);
   if (leaf.mesh_shape && leaf.mesh_shape->size() != leaf.placements.size())
-    throw FormatError(w, "a " + std::to_string(leaf.mesh_shape->size()) + "-dim mesh with " + std::to_string(leaf.placements.size()) +
-                             " placements");
+    throw FormatError(w, "a " + std::to_string(leaf.mesh_shape->size()) + "-dim mesh with " +
+                             std::to_string(leaf.placements.size()) + " placements");
   return leaf;
 }
 
@@ -294,8 +304,9 @@ std::vector<Run> runs_of(const RankPiece& p, const Where& w) {
   for (size_t d = 0; d < k; ++d) count *= static_cast<uint64_t>(p.sizes[d]);
   constexpr uint64_t kMaxRuns = 1u << 22;
   if (count > kMaxRuns)
-    throw UnsupportedError(w, "a local tensor saved as a view of shape " + dims_text(p.sizes) + ", stride " + dims_text(p.stride) +
-                                  ": " + std::to_string(count) + " separate runs of bytes, more than dcpctl reads");
+    throw UnsupportedError(w, "a local tensor saved as a view of shape " + dims_text(p.sizes) + ", stride " +
+                                  dims_text(p.stride) + ": " + std::to_string(count) +
+                                  " separate runs of bytes, more than dcpctl reads");
   uint64_t run_bytes = numel / count * p.item;
   std::vector<Run> runs;
   runs.reserve(static_cast<size_t>(count));
@@ -397,9 +408,9 @@ class RankFileSetReader {
                                       " has no file: its save did not finish"});
       }
       if (missing > kNamed)
-        ck_.incomplete.push_back({"missing-rank", Where(set_.dir), std::to_string(missing - kNamed) + " more of the " +
-                                                                      std::to_string(set_.world) + " ranks have no " +
-                                                                      set_.pattern + " file"});
+        ck_.incomplete.push_back({"missing-rank", Where(set_.dir),
+                                  std::to_string(missing - kNamed) + " more of the " + std::to_string(set_.world) +
+                                      " ranks have no " + set_.pattern + " file"});
     }
   }
 
@@ -420,7 +431,8 @@ class RankFileSetReader {
     } else if (!prefix.empty()) {
       stack.push_back({prefix, &root});  // an item that is one value (a step count, a tensor)
     } else {
-      throw UnsupportedError(Where(path), std::string("holds a ") + pickle::kind_name(root.kind) + ", not a state_dict");
+      throw UnsupportedError(Where(path),
+                             std::string("holds a ") + pickle::kind_name(root.kind) + ", not a state_dict");
     }
     while (!stack.empty()) {
       auto [key, v] = stack.back();
@@ -451,11 +463,14 @@ class RankFileSetReader {
       throw UnsupportedError(w, std::string("a ") + pickle::kind_name(v.kind) + " (" + pickle::repr(v, 80) +
                                     ") in the model's state dict; only tensors are read from per-rank files");
     if (contains_tensor(v))
-      throw UnsupportedError(w, std::string("a ") + pickle::kind_name(v.kind) + " holding tensors; only dicts of tensors are read");
+      throw UnsupportedError(
+          w, std::string("a ") + pickle::kind_name(v.kind) + " holding tensors; only dicts of tensors are read");
     std::string text = pickle::repr(v, 1u << 20);
     auto [vit, fresh] = values_.emplace(key, std::make_pair(text, name));
     if (!fresh && vit->second.first != text)
-      ck_.incomplete.push_back({"value-mismatch", w, "this rank's value " + pickle::repr(v, 80) + " differs from " + vit->second.second + "'s"});
+      ck_.incomplete.push_back(
+          {"value-mismatch", w,
+           "this rank's value " + pickle::repr(v, 80) + " differs from " + vit->second.second + "'s"});
   }
 
   // The tensor `key` of this rank's file: its global shape and dtype the other files', its local
@@ -479,18 +494,21 @@ class RankFileSetReader {
     Gathered& g = tensors_[it->second];
     if (g.ranks.count(rank)) throw FormatError(w, "two values flatten to this key");
     if (leaf.local.dtype != g.dtype || (leaf.global_dtype && *leaf.global_dtype != leaf.local.dtype))
-      throw FormatError(w, "dtype " + std::string(torch_name(leaf.local.dtype)) + " here, " + g.dtype_name + " in " + g.first_file);
-    if (leaf.global_shape != g.shape || leaf.dtensor != g.dtensor || (leaf.dtensor && leaf.placements_text != g.placements_text))
-      throw FormatError(w, "global shape " + dims_text(leaf.global_shape) + " placed " + (leaf.dtensor ? leaf.placements_text : "plain") +
-                               " here, " + dims_text(g.shape) + " placed " + g.placements_text + " in " + g.first_file);
+      throw FormatError(
+          w, "dtype " + std::string(torch_name(leaf.local.dtype)) + " here, " + g.dtype_name + " in " + g.first_file);
+    if (leaf.global_shape != g.shape || leaf.dtensor != g.dtensor ||
+        (leaf.dtensor && leaf.placements_text != g.placements_text))
+      throw FormatError(w, "global shape " + dims_text(leaf.global_shape) + " placed " +
+                               (leaf.dtensor ? leaf.placements_text : "plain") + " here, " + dims_text(g.shape) +
+                               " placed " + g.placements_text + " in " + g.first_file);
     g.ranks.insert(rank);
     // Where the local bytes are: the storage record, from the view's offset on.
     RecordLocation rec = arc.zip->locate("data/" + leaf.local.storage_key);
     size_t item = itemsize(leaf.local.dtype);
     uint64_t extent = leaf.local.extent();
     if (extent == UINT64_MAX || extent > rec.size / item)
-      throw FormatError(w, "the local tensor needs " + std::to_string(extent) + " elements but its storage record holds " +
-                               std::to_string(rec.size / item));
+      throw FormatError(w, "the local tensor needs " + std::to_string(extent) +
+                               " elements but its storage record holds " + std::to_string(rec.size / item));
     RankPiece p;
     p.rank = rank;
     p.file = file;
@@ -539,8 +557,8 @@ class RankFileSetReader {
       }
       if (sizes != p.sizes)
         throw FormatError(w, "local shape " + dims_text(p.sizes) + ", but " + g.placements_text + " of " +
-                                 dims_text(g.shape) + " on a mesh of " + dims_text(mesh) + " gives " + dims_text(sizes) +
-                                 " at this rank's coordinate");
+                                 dims_text(g.shape) + " on a mesh of " + dims_text(mesh) + " gives " +
+                                 dims_text(sizes) + " at this rank's coordinate");
       uint64_t numel = 1;
       for (int64_t s : sizes) numel *= static_cast<uint64_t>(s);
       if (!l.coordinate || numel == 0) {
@@ -593,8 +611,9 @@ class RankFileSetReader {
 
   // Whether `p` holds the same bytes as `a`, the copy of its box already taken.
   bool same_copy(const RankPiece& a, const RankPiece& p, const std::vector<Run>& runs, const Where& where) {
-    const bool whole = a.ref.offset == a.record_offset && a.ref.length == a.record_size && p.ref.offset == p.record_offset &&
-                       p.ref.length == p.record_size && runs.size() == 1 && a.stride == p.stride;
+    const bool whole = a.ref.offset == a.record_offset && a.ref.length == a.record_size &&
+                       p.ref.offset == p.record_offset && p.ref.length == p.record_size && runs.size() == 1 &&
+                       a.stride == p.stride;
     if (whole) return a.record_crc == p.record_crc;
     std::vector<Run> other = runs_of(a, where);
     bool same = other.size() == runs.size();
@@ -632,10 +651,10 @@ class RankFileSetReader {
         const RankPiece& a = *it->second;
         if (!same_copy(a, p, runs, where))
           ck_.incomplete.push_back({"replica-mismatch", where,
-                                    "rank " + std::to_string(p.rank) + "'s copy of box offsets " + dims_text(p.offsets) +
-                                        " sizes " + dims_text(p.sizes) + " (" + g.placements_text + ") differs from rank " +
-                                        std::to_string(a.rank) + "'s in " + ck_.md.files[a.file] +
-                                        ": the copies of a replicated tensor must be equal"});
+                                    "rank " + std::to_string(p.rank) + "'s copy of box offsets " +
+                                        dims_text(p.offsets) + " sizes " + dims_text(p.sizes) + " (" +
+                                        g.placements_text + ") differs from rank " + std::to_string(a.rank) + "'s in " +
+                                        ck_.md.files[a.file] + ": the copies of a replicated tensor must be equal"});
         continue;
       }
       for (const Run& run : runs) {
@@ -677,14 +696,15 @@ Checkpoint open_rank_torch_files(const std::string& dir, const std::vector<std::
       set.world = f->world_size;
       set.files.push_back({f->rank, n, ""});
     } else if (f->world_size != set.world) {
-      throw FormatError(Where(join_path(dir, n)), "saved by a world of " + std::to_string(f->world_size) + " ranks, but " +
-                                                     set.files.front().name + " by " + std::to_string(set.world) +
-                                                     ": two saves share this folder");
+      throw FormatError(Where(join_path(dir, n)), "saved by a world of " + std::to_string(f->world_size) +
+                                                      " ranks, but " + set.files.front().name + " by " +
+                                                      std::to_string(set.world) + ": two saves share this folder");
     } else {
       set.files.push_back({f->rank, n, ""});
     }
     if (f->rank >= set.world)
-      throw FormatError(Where(join_path(dir, n)), "rank " + std::to_string(f->rank) + " of a world of " + std::to_string(set.world));
+      throw FormatError(Where(join_path(dir, n)),
+                        "rank " + std::to_string(f->rank) + " of a world of " + std::to_string(set.world));
   }
   set.layout = CheckpointLayout::TorchSaveRanks;
   set.metadata_class = "torch.save per rank (DTensor shards), data.pkl";
@@ -696,6 +716,8 @@ Checkpoint open_rank_torch_files(const std::string& dir, const std::vector<std::
   return open_rank_file_set(set);
 }
 
-Checkpoint open_rank_file_set(RankFileSet set) { return RankFileSetReader(std::move(set)).read(); }
+Checkpoint open_rank_file_set(RankFileSet set) {
+  return RankFileSetReader(std::move(set)).read();
+}
 
 }  // namespace dcpctl

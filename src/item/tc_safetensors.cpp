@@ -194,8 +194,8 @@ class SafetensorsItem {
 
   // Rank `rank`'s local shard of t, on group g's mesh: checked against its file's entry, and its
   // boxes not kept yet added.
-  void add_shard(TensorMeta& t, const Tensor& mt, const std::string& key, int rank, const ShardGroup& g, const Where& wm,
-                 Boxes& kept) {
+  void add_shard(TensorMeta& t, const Tensor& mt, const std::string& key, int rank, const ShardGroup& g,
+                 const Where& wm, Boxes& kept) {
     std::vector<int64_t> coord = coordinate_of(g, rank);
     if (coord.empty())
       throw FormatError(wm, "rank " + std::to_string(rank) + " is in the group of ranks but not on its mesh " +
@@ -209,7 +209,8 @@ class SafetensorsItem {
     const SafetensorsTensorInfo* e = rf.h.find(key);
     if (!e) {
       ck_.incomplete.push_back(
-          {"missing-key", w, "rank " + std::to_string(rank) + "'s file lacks " + t.fqn + ", which metadata.pkl places there"});
+          {"missing-key", w,
+           "rank " + std::to_string(rank) + "'s file lacks " + t.fqn + ", which metadata.pkl places there"});
       return;
     }
     std::string dname = e->dtype ? torch_name(*e->dtype) : e->dtype_name;
@@ -217,9 +218,8 @@ class SafetensorsItem {
       ck_.incomplete.push_back({"metadata-mismatch", w,
                                 "rank " + std::to_string(rank) + "'s local shard is " + dname + " " +
                                     dims_text(e->shape) + ", but metadata.pkl's " + g.placements_text + " of " +
-                                    mt.dtype + " " + dims_text(mt.shape) + " on a mesh of " +
-                                    dims_text(g.mesh_shape) + " gives coordinate " + dims_text(coord) + " " +
-                                    dims_text(lshape)});
+                                    mt.dtype + " " + dims_text(mt.shape) + " on a mesh of " + dims_text(g.mesh_shape) +
+                                    " gives coordinate " + dims_text(coord) + " " + dims_text(lshape)});
       return;
     }
     add_boxes(t, rf.file, rf.h.data_start + e->begin, runs, lshape, w, kept);

@@ -26,8 +26,10 @@ namespace {
 // Python's json.loads reads NaN, Infinity and -Infinity (json.dumps writes them for such floats),
 // which JSON has not: outside strings each becomes a sentinel string, turned back into the float
 // once parsed. nullopt when the text has none of them.
-constexpr const char* kPyFloat = "\\u0001dcpctl-py-float:";     // as written in the text (an escape)
-constexpr const char* kPyFloatParsed = "\x01" "dcpctl-py-float:";  // as parsed
+constexpr const char* kPyFloat = "\\u0001dcpctl-py-float:";  // as written in the text (an escape)
+constexpr const char* kPyFloatParsed =
+    "\x01"
+    "dcpctl-py-float:";  // as parsed
 
 std::optional<std::pair<std::string, size_t>> python_floats_as_strings(const std::string& t) {
   std::string out;

@@ -35,7 +35,9 @@ uint64_t TensorBlob::extent() const {
 
 namespace {
 
-[[noreturn]] void bad(const Where& w, const std::string& msg) { throw FormatError(w, "data.pkl: " + msg); }
+[[noreturn]] void bad(const Where& w, const std::string& msg) {
+  throw FormatError(w, "data.pkl: " + msg);
+}
 
 std::vector<int64_t> int_list(const Value& v, const Where& w, const char* what, bool allow_negative) {
   if (v.kind != Kind::Tuple && v.kind != Kind::Size && v.kind != Kind::List)
@@ -53,7 +55,8 @@ std::vector<int64_t> int_list(const Value& v, const Where& w, const char* what, 
 
 TensorBlob interpret_tensor_pickle(const Value& root_in, const Where& w) {
   const Value* root = &root_in;
-  if (root->is_global("torch._utils", "_rebuild_parameter") || root->is_global("torch._utils", "_rebuild_parameter_with_state")) {
+  if (root->is_global("torch._utils", "_rebuild_parameter") ||
+      root->is_global("torch._utils", "_rebuild_parameter_with_state")) {
     const Value& a = root->as_object().args;
     if (a.kind != Kind::Tuple || a.len < 1) bad(w, "_rebuild_parameter without a tensor");
     root = &a.items()[0];
@@ -91,8 +94,10 @@ TensorBlob interpret_tensor_pickle(const Value& root_in, const Where& w) {
     auto d = dtype_from_torch_name(dt.as_global().name);
     if (!d) throw UnsupportedError(w, "tensor of dtype torch." + std::string(dt.as_global().name));
     b.dtype = *d;
-    if (storage_class == "UntypedStorage") b.storage_bytes = count;
-    else b.storage_bytes = count * itemsize(b.dtype);
+    if (storage_class == "UntypedStorage")
+      b.storage_bytes = count;
+    else
+      b.storage_bytes = count * itemsize(b.dtype);
   } else {
     auto d = dtype_from_storage_class(storage_class);
     if (!d) throw UnsupportedError(w, "tensor with storage type torch." + std::string(storage_class));

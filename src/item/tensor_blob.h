@@ -5,7 +5,8 @@
 //                                   storage_offset, size, stride, requires_grad, OrderedDict()[, metadata])
 // for dtypes with a legacy storage class (FloatStorage, BFloat16Storage, BoolStorage, ...), and
 //   torch._utils._rebuild_tensor_v3(persid(('storage', torch.storage.UntypedStorage, key, location, nbytes)),
-//                                   storage_offset, size, stride, requires_grad, OrderedDict(), torch.<dtype>[, metadata])
+//                                   storage_offset, size, stride, requires_grad, OrderedDict(), torch.<dtype>[,
+//                                   metadata])
 // for those without (uint16/32/64, float8_*), where the persid's count is in bytes.
 // torch._utils._rebuild_parameter(tensor, requires_grad, hooks) wraps a Parameter; it is unwrapped.
 // storage_offset, size and stride count elements. The tensor's bytes are record data/<key>.

@@ -87,20 +87,26 @@ std::optional<std::string> flatten_nested_path(const std::string& path) {
   std::string out;
   for (const auto& e : j) {
     if (!out.empty()) out += ".";
-    if (e.is_string()) out += e.get<std::string>();
-    else if (e.is_number_integer()) out += std::to_string(e.get<int64_t>());
-    else return std::nullopt;
+    if (e.is_string())
+      out += e.get<std::string>();
+    else if (e.is_number_integer())
+      out += std::to_string(e.get<int64_t>());
+    else
+      return std::nullopt;
   }
   return out;
 }
 
-bool is_seq(const Value* v) { return v && (v->kind == Kind::List || v->kind == Kind::Tuple); }
+bool is_seq(const Value* v) {
+  return v && (v->kind == Kind::List || v->kind == Kind::Tuple);
+}
 
 std::vector<int64_t> ints(const Value* v, const Where& w, const char* what, int64_t lo) {
   if (!is_seq(v)) throw FormatError(w, std::string(what) + " is not a list of ints");
   std::vector<int64_t> out;
   for (const Value& d : v->items()) {
-    if (d.kind != Kind::Int || d.as_int() < lo) throw FormatError(w, std::string(what) + " holds " + pickle::repr(d, 40));
+    if (d.kind != Kind::Int || d.as_int() < lo)
+      throw FormatError(w, std::string(what) + " holds " + pickle::repr(d, 40));
     out.push_back(d.as_int());
   }
   return out;
@@ -118,17 +124,19 @@ tc::ShardGroup read_group(const Value& ranks, const Value& data, const Where& w,
   g.mesh_data = ints(mesh->get("mesh_data"), w, "mesh_data", 0);
   int64_t n = 1;
   for (int64_t d : g.mesh_shape) {
-    if (d > (int64_t{1} << 24) || n > (int64_t{1} << 24)) throw FormatError(w, "a mesh of shape " + dims_text(g.mesh_shape));
+    if (d > (int64_t{1} << 24) || n > (int64_t{1} << 24))
+      throw FormatError(w, "a mesh of shape " + dims_text(g.mesh_shape));
     n *= d;
   }
   if (static_cast<int64_t>(g.mesh_data.size()) != n)
-    throw FormatError(w, "mesh_data holds " + std::to_string(g.mesh_data.size()) + " ranks, mesh_shape " + dims_text(g.mesh_shape) +
-                             " needs " + std::to_string(n));
+    throw FormatError(w, "mesh_data holds " + std::to_string(g.mesh_data.size()) + " ranks, mesh_shape " +
+                             dims_text(g.mesh_shape) + " needs " + std::to_string(n));
   const Value* pl = data.get("placements");
   if (!is_seq(pl)) throw FormatError(w, "sharding metadata without a placements list");
   for (const Value& p : pl->items()) {
     const Value* type = p.kind == Kind::Dict ? p.get("type") : nullptr;
-    if (!type || type->kind != Kind::Str) throw FormatError(w, "a placement " + pickle::repr(p, 60) + " without a type");
+    if (!type || type->kind != Kind::Str)
+      throw FormatError(w, "a placement " + pickle::repr(p, 60) + " without a type");
     MeshPlacement mp;
     std::string t(type->as_str());
     if (t == "Replicate") {
@@ -144,13 +152,15 @@ tc::ShardGroup read_group(const Value& ranks, const Value& data, const Where& w,
         mp.split_factor = sf->as_int();
       }
     } else {
-      throw UnsupportedError(w, "torch_checkpointing: a DTensor placement of type '" + t + "' (only Shard, StridedShard and Replicate)");
+      throw UnsupportedError(
+          w, "torch_checkpointing: a DTensor placement of type '" + t + "' (only Shard, StridedShard and Replicate)");
     }
     g.placements_text += (g.placements_text.empty() ? "" : ", ") + mp.text();
     g.placements.push_back(mp);
   }
   if (g.placements.size() != g.mesh_shape.size())
-    throw FormatError(w, std::to_string(g.placements.size()) + " placements on a mesh of shape " + dims_text(g.mesh_shape));
+    throw FormatError(
+        w, std::to_string(g.placements.size()) + " placements on a mesh of shape " + dims_text(g.mesh_shape));
   return g;
 }
 
@@ -174,14 +184,17 @@ void read_tc_tensors(const std::string& path, const std::string& item, const Val
       const Value* sm = shard.kind == Kind::Dict ? shard.get("sharding_metadata") : nullptr;
       const Value* type = sm && sm->kind == Kind::Dict ? sm->get("type") : nullptr;
       const Value* data = sm && sm->kind == Kind::Dict ? sm->get("data") : nullptr;
-      if (!type || type->kind != Kind::Str || type->as_str() != "DTensorShardingMetadata" || !data || data->kind != Kind::Dict) continue;
+      if (!type || type->kind != Kind::Str || type->as_str() != "DTensorShardingMetadata" || !data ||
+          data->kind != Kind::Dict)
+        continue;
       const Value* dt = data->get("dtype");
       if (!dt || dt->kind != Kind::Str) continue;
       std::vector<int64_t> shape = ints(data->get("global_shape"), w, "global_shape", 0);
       std::string dtype(dt->as_str());
       if (dtype.rfind("torch.", 0) == 0) dtype = dtype.substr(6);
       if (described && (shape != t.shape || dtype != t.dtype))
-        throw FormatError(w, "two groups of ranks describe it as " + t.dtype + " " + dims_text(t.shape) + " and " + dtype + " " + dims_text(shape));
+        throw FormatError(w, "two groups of ranks describe it as " + t.dtype + " " + dims_text(t.shape) + " and " +
+                                 dtype + " " + dims_text(shape));
       t.shape = shape;
       t.dtype = dtype;
       described = true;
@@ -203,7 +216,8 @@ void read_tc_layouts(const std::string& path, const std::string& item, const Val
   for (uint64_t j = 0; j + 1 < li.size(); j += 2) {
     Where w(path, std::nullopt, item);
     if (li[j].kind != Kind::Int || li[j].as_int() < 0 || li[j].as_int() >= md.world)
-      throw FormatError(w, "rank_to_layout_info has a rank " + pickle::repr(li[j], 40) + " outside the world of " + std::to_string(md.world));
+      throw FormatError(w, "rank_to_layout_info has a rank " + pickle::repr(li[j], 40) + " outside the world of " +
+                               std::to_string(md.world));
     int rank = static_cast<int>(li[j].as_int());
     const Value& v = li[j + 1];
     if (v.kind == Kind::None) {
@@ -214,7 +228,8 @@ void read_tc_layouts(const std::string& path, const std::string& item, const Val
     const Value* fmt = v.kind == Kind::Dict ? v.get("serialization_format") : nullptr;
     const Value* type = fmt && fmt->kind == Kind::Dict ? fmt->get("type") : nullptr;
     if (!fp || fp->kind != Kind::Str || !type || type->kind != Kind::Str)
-      throw FormatError(w, "rank " + std::to_string(rank) + "'s layout " + pickle::repr(v, 120) + " is not {file_path, serialization_format}");
+      throw FormatError(w, "rank " + std::to_string(rank) + "'s layout " + pickle::repr(v, 120) +
+                               " is not {file_path, serialization_format}");
     tc::FileLayout fl{std::string(fp->as_str()), std::string(type->as_str())};
     tc::check_inside(fl.file_path, w);
     md.layouts[item][rank] = fl;
@@ -250,13 +265,16 @@ Metadata read_metadata(const std::string& path) {
   std::unique_ptr<pickle::Tree> tree = pickle::parse(mf.span(), po);
   const Value& root = tree->root;
   Where w(path);
-  if (root.kind != Kind::Dict) throw FormatError(w, std::string("holds a ") + pickle::kind_name(root.kind) + ", not torch_checkpointing's metadata dict");
+  if (root.kind != Kind::Dict)
+    throw FormatError(
+        w, std::string("holds a ") + pickle::kind_name(root.kind) + ", not torch_checkpointing's metadata dict");
   const Value* version = root.get("version");
   if (!version || version->kind != Kind::Str)
     throw FormatError(Where(path, std::nullopt, "version"), "missing: not torch_checkpointing's metadata.pkl");
   if (version->as_str() != "2.0")
-    throw UnsupportedError(Where(path, std::nullopt, "version"), "torch_checkpointing metadata version " + std::string(version->as_str()) +
-                                                                  "; dcpctl reads version 2.0 (torch-checkpointing 0.1)");
+    throw UnsupportedError(Where(path, std::nullopt, "version"),
+                           "torch_checkpointing metadata version " + std::string(version->as_str()) +
+                               "; dcpctl reads version 2.0 (torch-checkpointing 0.1)");
   Metadata md;
   md.path = path;
   const Value* ws = root.get("world_size");
@@ -264,10 +282,12 @@ Metadata read_metadata(const std::string& path) {
     throw FormatError(Where(path, std::nullopt, "world_size"), "missing or not a positive int");
   md.world = static_cast<int>(ws->as_int());
   const Value* items = root.get("metadata");
-  if (!items || items->kind != Kind::Dict) throw FormatError(Where(path, std::nullopt, "metadata"), "missing or not a dict");
+  if (!items || items->kind != Kind::Dict)
+    throw FormatError(Where(path, std::nullopt, "metadata"), "missing or not a dict");
   pickle::Items it = items->items();
   for (uint64_t i = 0; i + 1 < it.size(); i += 2) {
-    if (it[i].kind != Kind::Str) throw FormatError(Where(path, std::nullopt, "metadata"), "an item key that is not a str");
+    if (it[i].kind != Kind::Str)
+      throw FormatError(Where(path, std::nullopt, "metadata"), "an item key that is not a str");
     std::string item(it[i].as_str());
     md.items.insert(item);
     read_tc_tensors(path, item, it[i + 1], md);
@@ -289,7 +309,8 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 // metadata.pkl against the DTensors the files hold: a tensor whose global shape or dtype differs,
 // or one metadata.pkl names that no file holds, makes the checkpoint incomplete (the library's
 // resharding load plans from metadata.pkl, so either side being wrong breaks it).
-void check_against_metadata(Checkpoint& ck, const std::string& meta_path, const tc::Metadata& md, const std::set<std::string>& items_present) {
+void check_against_metadata(Checkpoint& ck, const std::string& meta_path, const tc::Metadata& md,
+                            const std::set<std::string>& items_present) {
   std::set<std::string> seen;
   for (const auto& t : ck.md.tensors) {
     auto it = md.tensors.find(t.fqn);
@@ -297,13 +318,14 @@ void check_against_metadata(Checkpoint& ck, const std::string& meta_path, const 
     seen.insert(t.fqn);
     if (it->second.shape != t.shape || it->second.dtype != t.dtype_name)
       ck.incomplete.push_back({"metadata-mismatch", Where(meta_path, std::nullopt, t.fqn),
-                               "metadata.pkl says " + it->second.dtype + " " + shape_text(it->second.shape) + ", the ranks' files hold " +
-                                   t.dtype_name + " " + shape_text(t.shape)});
+                               "metadata.pkl says " + it->second.dtype + " " + shape_text(it->second.shape) +
+                                   ", the ranks' files hold " + t.dtype_name + " " + shape_text(t.shape)});
   }
   for (const auto& [fqn, t] : md.tensors)
     if (!seen.count(fqn) && items_present.count(fqn.substr(0, fqn.find('.'))) && ck.md.find_tensor(fqn) == nullptr)
-      ck.incomplete.push_back({"missing-key", Where(meta_path, std::nullopt, fqn),
-                               "metadata.pkl names this " + t.dtype + " " + shape_text(t.shape) + " tensor; no rank's file holds it"});
+      ck.incomplete.push_back(
+          {"missing-key", Where(meta_path, std::nullopt, fqn),
+           "metadata.pkl names this " + t.dtype + " " + shape_text(t.shape) + " tensor; no rank's file holds it"});
 }
 
 // A JSON or raw-bytes item: its file per rank (relative paths).
@@ -408,7 +430,8 @@ void add_value_items(Checkpoint& ck, const std::map<std::string, ValueItem>& ite
 // RankFileSet, the JSON and raw items found, then the checkpoint read and what it lacks noted.
 class TorchCheckpointingOpener {
  public:
-  explicit TorchCheckpointingOpener(const Probe& p) : p_(p), dir_(p.path), meta_path_(join_path(dir_, "metadata.pkl")) {}
+  explicit TorchCheckpointingOpener(const Probe& p)
+      : p_(p), dir_(p.path), meta_path_(join_path(dir_, "metadata.pkl")) {}
 
   Checkpoint open() {
     if (p_.exists("metadata.pkl")) meta_ = tc::read_metadata(meta_path_);
@@ -476,9 +499,10 @@ class TorchCheckpointingOpener {
   void read_torch_layout(const std::string& item, const std::string& type) {
     for (const auto& [rank, l] : meta_->layouts.at(item)) {
       if (l && l->type != type)
-        throw UnsupportedError(Where(meta_path_, std::nullopt, item), "torch_checkpointing: item '" + item + "' is saved in " + type +
-                                                                           " by some ranks and in " + l->type + " by rank " +
-                                                                           std::to_string(rank) + "; dcpctl reads an item in one layout");
+        throw UnsupportedError(Where(meta_path_, std::nullopt, item),
+                               "torch_checkpointing: item '" + item + "' is saved in " + type +
+                                   " by some ranks and in " + l->type + " by rank " + std::to_string(rank) +
+                                   "; dcpctl reads an item in one layout");
       custom_[{item, rank}] = l ? l->file_path : item + "_" + std::to_string(rank) + ".pt";
     }
   }
@@ -521,13 +545,16 @@ class TorchCheckpointingOpener {
   }
 
   [[noreturn]] void refuse_local_shards(const std::string& n, const std::string& item) const {
-    throw UnsupportedError(Where(join_path(dir_, n)),
-                           "torch_checkpointing: item '" + item +
-                               "' is saved in the SafetensorsSerialization layout: not a Hugging Face model, but each rank's local "
-                               "shard under the same flattened keys (" + item + "_<rank>.safetensors, no offsets); their global "
-                               "shapes and each rank's slice are in metadata.pkl, which this folder lacks (torch-checkpointing 0.1 "
-                               "writes it only when an item declares a resharder, in a manager's first save), so the local shards "
-                               "cannot be placed");
+    throw UnsupportedError(
+        Where(join_path(dir_, n)),
+        "torch_checkpointing: item '" + item +
+            "' is saved in the SafetensorsSerialization layout: not a Hugging Face model, but each rank's local "
+            "shard under the same flattened keys (" +
+            item +
+            "_<rank>.safetensors, no offsets); their global "
+            "shapes and each rank's slice are in metadata.pkl, which this folder lacks (torch-checkpointing 0.1 "
+            "writes it only when an item declares a resharder, in a manager's first save), so the local shards "
+            "cannot be placed");
   }
 
   void set_world() {
@@ -557,10 +584,10 @@ class TorchCheckpointingOpener {
     for (auto& [pattern, vi] : found) {
       auto [it, fresh] = values_.emplace(vi.key, vi);
       if (!fresh)
-        throw UnsupportedError(Where(join_path(dir_, vi.files.begin()->second)),
-                               "torch_checkpointing: " + it->second.pattern + " and " + pattern +
-                                   " both look like the files of item '" + vi.key +
-                                   "' (a JSON or raw item's, named <item>_<rank>); dcpctl cannot tell which is the item");
+        throw UnsupportedError(
+            Where(join_path(dir_, vi.files.begin()->second)),
+            "torch_checkpointing: " + it->second.pattern + " and " + pattern + " both look like the files of item '" +
+                vi.key + "' (a JSON or raw item's, named <item>_<rank>); dcpctl cannot tell which is the item");
     }
   }
 
@@ -573,7 +600,8 @@ class TorchCheckpointingOpener {
         continue;
       }
       if (f.rank >= set_.world)
-        throw FormatError(Where(join_path(dir_, f.name)), "rank " + std::to_string(f.rank) + " of a world of " + std::to_string(set_.world) +
+        throw FormatError(Where(join_path(dir_, f.name)), "rank " + std::to_string(f.rank) + " of a world of " +
+                                                              std::to_string(set_.world) +
                                                               " (metadata.pkl's world_size)");
       present.push_back(f);
     }
@@ -609,10 +637,14 @@ class TorchCheckpointingOpener {
   std::vector<std::string> absent_items_;
 };
 
-Checkpoint open_torch_checkpointing(const Probe& p) { return TorchCheckpointingOpener(p).open(); }
+Checkpoint open_torch_checkpointing(const Probe& p) {
+  return TorchCheckpointingOpener(p).open();
+}
 
 }  // namespace
 
-void install_torch_checkpointing() { install_reader(CheckpointLayout::TorchCheckpointing, &open_torch_checkpointing); }
+void install_torch_checkpointing() {
+  install_reader(CheckpointLayout::TorchCheckpointing, &open_torch_checkpointing);
+}
 
 }  // namespace dcpctl

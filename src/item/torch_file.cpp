@@ -30,15 +30,20 @@ bool ends_with(const std::string& s, const std::string& suf) {
 bool is_tensor(const Value& v) {
   return v.kind == Kind::Object &&
          (v.is_global("torch._utils", "_rebuild_tensor_v2") || v.is_global("torch._utils", "_rebuild_tensor_v3") ||
-          v.is_global("torch._utils", "_rebuild_parameter") || v.is_global("torch._utils", "_rebuild_parameter_with_state"));
+          v.is_global("torch._utils", "_rebuild_parameter") ||
+          v.is_global("torch._utils", "_rebuild_parameter_with_state"));
 }
 
 std::string key_text(const Value& k) {
   switch (k.kind) {
-    case Kind::Str: return std::string(k.as_str());
-    case Kind::Int: return std::to_string(k.as_int());
-    case Kind::Bool: return k.as_bool() ? "True" : "False";
-    default: return pickle::repr(k, 1000);
+    case Kind::Str:
+      return std::string(k.as_str());
+    case Kind::Int:
+      return std::to_string(k.as_int());
+    case Kind::Bool:
+      return k.as_bool() ? "True" : "False";
+    default:
+      return pickle::repr(k, 1000);
   }
 }
 
@@ -52,7 +57,8 @@ TorchArchive open_torch_archive(const std::string& path) {
   if (file->size() >= 4) file->read_at(0, magic, 4);
   if (!(magic[0] == 'P' && magic[1] == 'K' && magic[2] == 3 && magic[3] == 4)) {
     if (magic[0] == 0x80)
-      throw UnsupportedError(Where(path), "a legacy (pre-1.6, non-zip) torch.save file; re-save it with a current torch");
+      throw UnsupportedError(Where(path),
+                             "a legacy (pre-1.6, non-zip) torch.save file; re-save it with a current torch");
     throw FormatError(Where(path), "not a torch.save archive (no zip header)");
   }
   struct Whole final : ByteSource {
@@ -104,12 +110,18 @@ std::string unsafe_global(const Value& v, int depth = 0) {
         if (auto s = unsafe_global(*p, depth + 1); !s.empty()) return s;
       return "";
     }
-    case Kind::Tuple: case Kind::List: case Kind::Set: case Kind::Dict: case Kind::Size:
+    case Kind::Tuple:
+    case Kind::List:
+    case Kind::Set:
+    case Kind::Dict:
+    case Kind::Size:
       for (const Value& e : v.items())
         if (auto s = unsafe_global(e, depth + 1); !s.empty()) return s;
       return "";
-    case Kind::PersId: return "persistent id outside a tensor";
-    default: return "";
+    case Kind::PersId:
+      return "persistent id outside a tensor";
+    default:
+      return "";
   }
 }
 
@@ -131,7 +143,8 @@ class Flattener {
       : v_(view), zip_(zip), path_(path), file_(file) {}
 
   void walk(const std::string& key, const Value& v, int depth) {
-    if (depth > kMaxDepth) throw UnsupportedError(Where(path_, std::nullopt, key), "nested deeper than " + std::to_string(kMaxDepth));
+    if (depth > kMaxDepth)
+      throw UnsupportedError(Where(path_, std::nullopt, key), "nested deeper than " + std::to_string(kMaxDepth));
     if (v.kind == Kind::Dict) {
       pickle::Items it = v.items();
       for (uint64_t i = 0; i + 1 < it.size(); i += 2) walk(join(key, key_text(it[i])), it[i + 1], depth + 1);
@@ -150,7 +163,8 @@ class Flattener {
 
   void tensor(const std::string& key, const Value& v) {
     Where where(path_, std::nullopt, key);
-    if (auto bad = unsafe_global(v); !bad.empty() && bad.rfind("torch._utils.", 0) != 0 && bad.find("Storage") == std::string::npos)
+    if (auto bad = unsafe_global(v);
+        !bad.empty() && bad.rfind("torch._utils.", 0) != 0 && bad.find("Storage") == std::string::npos)
       throw UnsupportedError(where, "holds " + bad + ", which torch.load(weights_only=True) refuses");
     TensorBlob b = interpret_tensor_pickle(v, where);
     RecordLocation rec = zip_.locate("data/" + b.storage_key);
@@ -160,8 +174,8 @@ class Flattener {
     size_t item = itemsize(b.dtype);
     uint64_t extent = b.extent();
     if (extent == UINT64_MAX || extent > rec.size / item)
-      throw FormatError(where, "the tensor view needs " + std::to_string(extent) + " elements but its storage record holds " +
-                                   std::to_string(rec.size / item));
+      throw FormatError(where, "the tensor view needs " + std::to_string(extent) +
+                                   " elements but its storage record holds " + std::to_string(rec.size / item));
     if (!b.contiguous() && b.numel() != 0)
       throw UnsupportedError(where, "tensor saved as a non-contiguous view (stride " + dims(b.stride) + " for shape " +
                                         dims(b.size) + "); save tensor.contiguous() or convert with torch first");
@@ -184,7 +198,8 @@ class Flattener {
 
   void value(const std::string& key, const Value& v) {
     if (auto bad = unsafe_global(v); !bad.empty())
-      throw UnsupportedError(Where(path_, std::nullopt, key), "holds " + bad + ", which torch.load(weights_only=True) refuses");
+      throw UnsupportedError(Where(path_, std::nullopt, key),
+                             "holds " + bad + ", which torch.load(weights_only=True) refuses");
     BytesMeta b;
     b.fqn = key;
     add(false, static_cast<uint32_t>(v_.ck.md.bytes.size()), key);
@@ -195,8 +210,9 @@ class Flattener {
   void add(bool tensor, uint32_t index, const std::string& key) {
     if (!v_.keys.emplace(key, file_).second) {
       uint32_t other = v_.keys[key];
-      throw FormatError(Where(path_, std::nullopt, key), other == file_ ? "two values flatten to this key"
-                                                                         : "this key is also in " + v_.ck.md.files[other]);
+      throw FormatError(Where(path_, std::nullopt, key), other == file_
+                                                             ? "two values flatten to this key"
+                                                             : "this key is also in " + v_.ck.md.files[other]);
     }
     v_.ck.md.order.push_back({tensor, index});
   }
@@ -223,9 +239,11 @@ void add_torch_file(TorchFileView& view, const std::string& path, uint32_t f) {
     pickle::Items it = root.items();
     for (uint64_t i = 0; i + 1 < it.size(); i += 2)
       if (!is_module_metadata(root, it[i], it[i + 1])) fl.walk(key_text(it[i]), it[i + 1], 1);
-  }
-  else if (is_tensor(root)) throw UnsupportedError(Where(path), "holds one tensor, not a dict of tensors (a state_dict)");
-  else throw UnsupportedError(Where(path), std::string("holds a ") + pickle::kind_name(root.kind) + ", not a dict of tensors (a state_dict)");
+  } else if (is_tensor(root))
+    throw UnsupportedError(Where(path), "holds one tensor, not a dict of tensors (a state_dict)");
+  else
+    throw UnsupportedError(
+        Where(path), std::string("holds a ") + pickle::kind_name(root.kind) + ", not a dict of tensors (a state_dict)");
 }
 
 constexpr const char* kHfIndex = "pytorch_model.bin.index.json";
@@ -233,7 +251,9 @@ constexpr const char* kHfSingle = "pytorch_model.bin";
 
 }  // namespace
 
-bool is_torch_file_name(const std::string& p) { return ends_with(p, ".pt") || ends_with(p, ".pth") || ends_with(p, ".bin"); }
+bool is_torch_file_name(const std::string& p) {
+  return ends_with(p, ".pt") || ends_with(p, ".pth") || ends_with(p, ".bin");
+}
 
 TorchFileView open_torch_file(const std::string& path) {
   TorchFileView view;
@@ -276,8 +296,9 @@ TorchFileView open_hf_torch_dir(const std::string& dir) {
   for (uint32_t f = 0; f < md.files.size(); ++f) {
     std::string path = ck.path_of(f);
     if (!ck.files[f].size) {
-      ck.incomplete.push_back({"missing-file", Where(path), ck.files[f].missing ? "data file missing (the index names it)"
-                                                                              : "data file unavailable: " + ck.files[f].error});
+      ck.incomplete.push_back({"missing-file", Where(path),
+                               ck.files[f].missing ? "data file missing (the index names it)"
+                                                   : "data file unavailable: " + ck.files[f].error});
       continue;
     }
     ck.metadata_sources.push_back(path);
@@ -294,7 +315,8 @@ TorchFileView open_hf_torch_dir(const std::string& dir) {
     }
     for (const auto& [key, f] : view.keys)
       if (!weight_map.count(key))
-        md.problems.push_back({"unindexed-key", Where(ck.path_of(f), std::nullopt, key), "a value the file holds that the index does not name"});
+        md.problems.push_back({"unindexed-key", Where(ck.path_of(f), std::nullopt, key),
+                               "a value the file holds that the index does not name"});
   }
   return view;
 }

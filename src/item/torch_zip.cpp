@@ -18,9 +18,13 @@ TorchZip::TorchZip(std::shared_ptr<const ByteSource> src, Where where)
 
 TorchZip::~TorchZip() = default;
 
-std::vector<std::string> TorchZip::records() { return impl_->dir.records(); }
+std::vector<std::string> TorchZip::records() {
+  return impl_->dir.records();
+}
 
-bool TorchZip::has(const std::string& name) { return impl_->dir.find(name) != nullptr; }
+bool TorchZip::has(const std::string& name) {
+  return impl_->dir.find(name) != nullptr;
+}
 
 namespace {
 
@@ -58,7 +62,9 @@ RecordLocation TorchZip::watch(const std::string& name, std::vector<uint8_t>* by
   return loc;
 }
 
-RecordLocation TorchZip::locate(const std::string& name) { return place(name, nullptr); }
+RecordLocation TorchZip::locate(const std::string& name) {
+  return place(name, nullptr);
+}
 
 RecordLocation TorchZip::place(const std::string& name, std::vector<uint8_t>* bytes) {
   const ZipEntry* e = impl_->dir.find(name);
@@ -92,7 +98,8 @@ RecordLocation TorchZip::place(const std::string& name, std::vector<uint8_t>* by
     throw FormatError(where_, "record '" + name + "' has a zip local header whose CRC-32 differs from its directory's");
   if (loc.offset > size || loc.size > size - loc.offset)
     throw FormatError(where_, "record '" + name + "' (" + std::to_string(loc.size) + " bytes at " +
-                                  std::to_string(loc.offset) + ") runs past the item's end (" + std::to_string(size) + " bytes)");
+                                  std::to_string(loc.offset) + ") runs past the item's end (" + std::to_string(size) +
+                                  " bytes)");
   if (small) {
     if (loc.offset + loc.size <= header + span.size()) {
       bytes->assign(span.begin() + static_cast<std::ptrdiff_t>(loc.offset - header),

@@ -22,7 +22,7 @@ namespace dcpctl {
 struct RecordLocation {
   uint64_t offset = 0;  // of the record's bytes within the source
   uint64_t size = 0;
-  uint32_t crc = 0;     // the CRC-32 the zip directory records for it
+  uint32_t crc = 0;  // the CRC-32 the zip directory records for it
 };
 
 class TorchZip {

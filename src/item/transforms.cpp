@@ -10,8 +10,9 @@ namespace {
 constexpr size_t kInputBlock = 1 << 20;
 
 [[noreturn]] void too_large(const Where& where, uint64_t max_output) {
-  throw FormatError(where, "zstd item decodes to more than " + std::to_string(max_output) +
-                               " bytes, more than it can hold (its chunk and the zip's overhead, or a non-tensor item's cap)");
+  throw FormatError(where,
+                    "zstd item decodes to more than " + std::to_string(max_output) +
+                        " bytes, more than it can hold (its chunk and the zip's overhead, or a non-tensor item's cap)");
 }
 
 std::unique_ptr<MemorySource> zstd_decode(const ByteSource& in, uint64_t max_output, const Where& where) {
@@ -29,16 +30,15 @@ std::unique_ptr<MemorySource> zstd_decode(const ByteSource& in, uint64_t max_out
       consumed += k;
       ib = {inbuf.data(), k, 0};
     }
-    if (out->size() > max_output)
-      too_large(where, max_output);
+    if (out->size() > max_output) too_large(where, max_output);
     auto [dst, room] = out->spare();
     ZSTD_outBuffer ob{dst, room, 0};
     const size_t in_before = ib.pos;
     hint = ZSTD_decompressStream(ctx.get(), &ob, &ib);
     out->grow(ob.pos);
     if (ZSTD_isError(hint))
-      throw FormatError(where, std::string("zstd stream is corrupt: ") + ZSTD_getErrorName(hint) + " (near input byte " +
-                                   std::to_string(consumed - (ib.size - ib.pos)) + ")");
+      throw FormatError(where, std::string("zstd stream is corrupt: ") + ZSTD_getErrorName(hint) +
+                                   " (near input byte " + std::to_string(consumed - (ib.size - ib.pos)) + ")");
     // All input consumed: done once the last frame is complete and flushed (hint 0), or stuck
     // when a call moves nothing (the frame wants input there is none of). A call that leaves
     // room in the output may still hold a block back (an RLE block of 64 KiB decodes over two
@@ -47,8 +47,7 @@ std::unique_ptr<MemorySource> zstd_decode(const ByteSource& in, uint64_t max_out
     if (input_done && (hint == 0 || (ob.pos == 0 && ib.pos == in_before))) break;
   }
   if (hint != 0) throw FormatError(where, "zstd stream is truncated (its last frame does not end)");
-  if (out->size() > max_output)
-    too_large(where, max_output);
+  if (out->size() > max_output) too_large(where, max_output);
   return out;
 }
 

@@ -33,7 +33,9 @@ class Bytes {
     if (std::optional<uint64_t> o = src_.file_offset(pos)) w.offset = o;
     return w;
   }
-  FormatError error(uint64_t pos, const std::string& msg) const { return FormatError(where(pos), "zip directory: " + msg); }
+  FormatError error(uint64_t pos, const std::string& msg) const {
+    return FormatError(where(pos), "zip directory: " + msg);
+  }
 
   // Holds the last `n` bytes.
   void hold_tail(uint64_t n) {
@@ -86,7 +88,9 @@ std::optional<uint64_t> parse_version(const uint8_t* p, size_t n) {
   return v;
 }
 
-std::string record_name(const std::string& name) { return "'" + name + "'"; }
+std::string record_name(const std::string& name) {
+  return "'" + name + "'";
+}
 
 // What the end records say of the central directory: `count` records in [offset, offset + size),
 // the end of central directory record at `end`.
@@ -110,7 +114,8 @@ uint64_t locate_end(Bytes& b) {
     end = find_end(b);
   }
   if (!end)
-    throw b.error(size - kEnd, "no end of central directory record at the archive's end (not a zip archive, or cut short)");
+    throw b.error(size - kEnd,
+                  "no end of central directory record at the archive's end (not a zip archive, or cut short)");
   return *end;
 }
 
@@ -120,10 +125,10 @@ void read_zip64_end(Bytes& b, DirectoryEnd& d) {
   const uint64_t end = d.end;
   const uint8_t* l = b.at(end - kLocator64, kLocator64);
   uint64_t end64 = le64(l + 8);
-  if (le32(l + 4) != 0 || le32(l + 16) != 1)
-    throw b.error(end - kLocator64, "the archive spans more than one disk");
+  if (le32(l + 4) != 0 || le32(l + 16) != 1) throw b.error(end - kLocator64, "the archive spans more than one disk");
   if (end64 > end - kLocator64 || end - kLocator64 - end64 < kEnd64)
-    throw b.error(end - kLocator64, "the zip64 end record (at " + std::to_string(end64) + ") is not inside the archive");
+    throw b.error(end - kLocator64,
+                  "the zip64 end record (at " + std::to_string(end64) + ") is not inside the archive");
   const uint8_t* z = b.at(end64, kEnd64);
   if (le32(z) != kEnd64Sig || le64(z + 4) < kEnd64 - 12)
     throw b.error(end64, "damaged zip64 end of central directory record");
@@ -148,7 +153,8 @@ DirectoryEnd read_directory_end(Bytes& b) {
   d.size = le32(e + 12), d.offset = le32(e + 16);
   d.limit = end;
   if (end >= kLocator64 && le32(b.at(end - kLocator64, kLocator64)) == kLocator64Sig) read_zip64_end(b, d);
-  if (d.disk != 0 || d.dir_disk != 0 || d.on_disk != d.count) throw b.error(end, "the archive spans more than one disk");
+  if (d.disk != 0 || d.dir_disk != 0 || d.on_disk != d.count)
+    throw b.error(end, "the archive spans more than one disk");
   if (d.count == 0) throw b.error(end, "the archive holds no records");
   if (d.offset > d.limit || d.size > d.limit - d.offset)
     throw b.error(end, "the central directory (" + std::to_string(d.size) + " bytes at " + std::to_string(d.offset) +
@@ -157,7 +163,8 @@ DirectoryEnd read_directory_end(Bytes& b) {
     throw b.error(d.offset, "the central directory is " + std::to_string(d.size) + " bytes, more than the " +
                                 std::to_string(ZipDirectory::kMaxCentralDirectory) + " dcpctl reads");
   if (d.count > d.size / kCentral)
-    throw b.error(end, std::to_string(d.count) + " records cannot fit in a central directory of " + std::to_string(d.size) + " bytes");
+    throw b.error(end, std::to_string(d.count) + " records cannot fit in a central directory of " +
+                           std::to_string(d.size) + " bytes");
   return d;
 }
 
@@ -167,7 +174,8 @@ struct RecordFields {
   uint64_t packed, unpacked, start_disk;
 };
 void widen_zip64(const Bytes& b, uint64_t at, ZipEntry& z, RecordFields& r, const uint8_t* x, uint64_t extra_len) {
-  bool wide = r.unpacked == 0xFFFFFFFF || r.packed == 0xFFFFFFFF || z.header_offset == 0xFFFFFFFF || r.start_disk == 0xFFFF;
+  bool wide =
+      r.unpacked == 0xFFFFFFFF || r.packed == 0xFFFFFFFF || z.header_offset == 0xFFFFFFFF || r.start_disk == 0xFFFF;
   for (uint64_t k = 0; wide && k + 4 <= extra_len;) {
     uint64_t id = le16(x + k), n = le16(x + k + 2);
     if (n > extra_len - k - 4) break;
@@ -176,7 +184,8 @@ void widen_zip64(const Bytes& b, uint64_t at, ZipEntry& z, RecordFields& r, cons
       uint64_t left = n;
       auto take = [&](uint64_t& v, uint64_t saturated, uint64_t width) {
         if (v != saturated) return;
-        if (left < width) throw b.error(at, "record " + record_name(z.name) + " has a zip64 field too short for its sizes");
+        if (left < width)
+          throw b.error(at, "record " + record_name(z.name) + " has a zip64 field too short for its sizes");
         v = width == 8 ? le64(f) : le32(f);
         f += width;
         left -= width;
@@ -217,7 +226,8 @@ uint64_t read_central(const Bytes& b, const std::vector<uint8_t>& dir, const Dir
     throw b.error(at, "stored record " + record_name(z.name) + " has two sizes (" + std::to_string(r.packed) + " and " +
                           std::to_string(r.unpacked) + ")");
   z.size = r.packed;
-  if (z.header_offset > dir_offset || dir_offset - z.header_offset < kLocal || z.size > dir_offset - z.header_offset - kLocal)
+  if (z.header_offset > dir_offset || dir_offset - z.header_offset < kLocal ||
+      z.size > dir_offset - z.header_offset - kLocal)
     throw b.error(at, "record " + record_name(z.name) + " (" + std::to_string(z.size) + " bytes, header at " +
                           std::to_string(z.header_offset) + ") is not inside the archive, before its directory");
   return kCentral + name_len + extra_len + comment_len;
@@ -227,11 +237,13 @@ uint64_t read_central(const Bytes& b, const std::vector<uint8_t>& dir, const Dir
 std::string archive_folder(const Bytes& b, const std::vector<ZipEntry>& entries, uint64_t dir_offset) {
   size_t slash = entries[0].name.find('/');
   if (slash == std::string::npos)
-    throw b.error(dir_offset, "record " + record_name(entries[0].name) + " is not in a folder (torch.save puts every record in one)");
+    throw b.error(dir_offset, "record " + record_name(entries[0].name) +
+                                  " is not in a folder (torch.save puts every record in one)");
   std::string folder = entries[0].name.substr(0, slash + 1);
   for (const ZipEntry& z : entries)
     if (z.name.compare(0, folder.size(), folder) != 0)
-      throw b.error(dir_offset, "record " + record_name(z.name) + " is not in the archive's folder " + record_name(folder));
+      throw b.error(dir_offset,
+                    "record " + record_name(z.name) + " is not in the archive's folder " + record_name(folder));
   return folder;
 }
 
@@ -248,13 +260,14 @@ void check_version(Bytes& b, const ZipEntry* v, const std::string& folder, uint6
   if (data > size || v->size > size - data)
     throw b.error(v->header_offset, "record " + record_name(v->name) + " runs past the archive's end");
   const uint8_t* bytes = b.at(data, v->size);
-  if (uint32_t got = crc32_update(0, bytes, v->size); got != v->crc) throw_crc_mismatch(b.where(data), v->name, v->size, v->crc, got);
+  if (uint32_t got = crc32_update(0, bytes, v->size); got != v->crc)
+    throw_crc_mismatch(b.where(data), v->name, v->size, v->crc, got);
   std::optional<uint64_t> version = parse_version(bytes, v->size);
   std::string text(reinterpret_cast<const char*>(bytes), v->size);
   if (!version) throw b.error(data, "the version record holds '" + text + "', not a number");
   if (*version < kMinVersion || *version > kMaxVersion)
-    throw b.error(data, "format version " + std::to_string(*version) + " is outside the " + std::to_string(kMinVersion) +
-                            "-" + std::to_string(kMaxVersion) + " torch reads");
+    throw b.error(data, "format version " + std::to_string(*version) + " is outside the " +
+                            std::to_string(kMinVersion) + "-" + std::to_string(kMaxVersion) + " torch reads");
 }
 
 }  // namespace

@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "store/source.h"
-#include "util/zip_format.h"
 #include "util/error.h"
+#include "util/zip_format.h"
 
 namespace dcpctl {
 
@@ -67,7 +67,7 @@ class ZipDirectory {
  private:
   std::vector<ZipEntry> entries_;
   std::unordered_map<std::string, size_t> by_name_;  // ascii_lower(name) -> entries_ index
-  std::string folder_;                                // "archive/"
+  std::string folder_;                               // "archive/"
 };
 
 }  // namespace dcpctl

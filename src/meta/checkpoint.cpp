@@ -16,8 +16,12 @@ namespace dcpctl {
 
 using meta_detail::ends_with;
 
-const char* layout_name(CheckpointLayout l) { return layout_reader(l).name; }
-const char* layout_description(CheckpointLayout l) { return layout_reader(l).description; }
+const char* layout_name(CheckpointLayout l) {
+  return layout_reader(l).name;
+}
+const char* layout_description(CheckpointLayout l) {
+  return layout_reader(l).description;
+}
 
 uint64_t Checkpoint::data_bytes() const {
   uint64_t n = 0;
@@ -25,7 +29,9 @@ uint64_t Checkpoint::data_bytes() const {
   return n;
 }
 
-std::string Checkpoint::path_of(uint32_t file) const { return join_path(dir, md.files.at(file)); }
+std::string Checkpoint::path_of(uint32_t file) const {
+  return join_path(dir, md.files.at(file));
+}
 
 std::optional<RankTorchFile> rank_torch_file(const std::string& name) {
   static const std::regex kName(R"(model_world_size_(\d{1,7})_rank_(\d{1,7})\.pt)");
@@ -88,7 +94,8 @@ Checkpoint open_dcp(const std::string& dir, const std::vector<uint8_t>* metadata
   ck.metadata_path = join_path(dir, ".metadata");
   if (metadata) {
     ck.metadata_bytes = metadata->size();
-    ck.md = parse_metadata(ByteSpan(metadata->data(), metadata->size()), ck.metadata_path + " (received from another rank)");
+    ck.md = parse_metadata(ByteSpan(metadata->data(), metadata->size()),
+                           ck.metadata_path + " (received from another rank)");
   } else {
     MappedFile mf(ck.metadata_path);
     ck.metadata_bytes = mf.size();
@@ -128,9 +135,9 @@ Checkpoint open_unrecognised_dir(const Probe& p, const OpenOptions& options) {
     ck.trainer = sf->trainer;
     ck.asset_dirs = sf->asset_dirs;
     if (!sf->unfinished.empty())
-      ck.incomplete.insert(ck.incomplete.begin(),
-                           Finding{"step-unfinished", Where(dir), sf->unfinished + " (give " + sf->model +
-                                                                      " itself to read the model files regardless)"});
+      ck.incomplete.insert(ck.incomplete.begin(), Finding{"step-unfinished", Where(dir),
+                                                          sf->unfinished + " (give " + sf->model +
+                                                              " itself to read the model files regardless)"});
     return ck;
   }
   if (auto refusal = run_folder_refusal(dir)) throw UsageError(Where(dir), *refusal);
@@ -148,7 +155,8 @@ Checkpoint open_checkpoint(const std::string& path, const std::vector<uint8_t>* 
 Checkpoint open_checkpoint(const std::string& path, const OpenOptions& options) {
   PathInfo st = stat_path(path);
   if (st.kind == PathInfo::missing)
-    throw IoError(Where(path), "cannot open checkpoint: " + (st.err ? errno_text(st.err) : std::string("no such object or prefix")));
+    throw IoError(Where(path),
+                  "cannot open checkpoint: " + (st.err ? errno_text(st.err) : std::string("no such object or prefix")));
   Probe p;
   p.path = path;
   p.directory = st.kind == PathInfo::directory;
@@ -161,10 +169,13 @@ Checkpoint open_checkpoint(const std::string& path, const OpenOptions& options) 
     return r.open(p);
   }
   if (p.directory) return open_unrecognised_dir(p, options);
-  if (ends_with(path, ".metadata")) throw UsageError(Where(path), "give the checkpoint directory, not its .metadata file");
+  if (ends_with(path, ".metadata"))
+    throw UsageError(Where(path), "give the checkpoint directory, not its .metadata file");
   throw IoError(Where(path), "not a directory: a DCP checkpoint is a directory holding .metadata");
 }
 
-bool opaque_type(const Checkpoint& ck, const TensorMeta& t) { return !t.dtype && layout_reader(ck.layout).opaque_types; }
+bool opaque_type(const Checkpoint& ck, const TensorMeta& t) {
+  return !t.dtype && layout_reader(ck.layout).opaque_types;
+}
 
 }  // namespace dcpctl

@@ -52,7 +52,7 @@ struct Checkpoint {
   // tokenizer are (nearest first; write/assets.h looks there after dir). Empty otherwise.
   std::string step_dir, trainer;
   std::vector<std::string> asset_dirs;
-  std::string metadata_path;  // .metadata, __0.metadata, the index, or the directory itself
+  std::string metadata_path;                  // .metadata, __0.metadata, the index, or the directory itself
   std::vector<std::string> metadata_sources;  // every file the view was built from
   uint64_t metadata_bytes = 0;
   CheckpointLayout layout = CheckpointLayout::Dcp;
@@ -76,7 +76,7 @@ struct Checkpoint {
   // The tensors views derived (meta/derived.h: dequantized, merged): how each is read, and what
   // the views said. Null for a checkpoint as opened: every tensor is saved.
   std::shared_ptr<const DerivedTable> derived;
-  uint64_t data_bytes() const;      // total size of the data files present
+  uint64_t data_bytes() const;  // total size of the data files present
   std::string path_of(uint32_t file) const;
 };
 

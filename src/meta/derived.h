@@ -40,9 +40,9 @@
 namespace dcpctl {
 
 struct DerivedTable;
-struct Codec;         // meta/codecs/codecs.h
-class ElementBound;   // view/codecs/bound.h
-struct MappedModel;   // view/maps/keymap.h
+struct Codec;        // meta/codecs/codecs.h
+class ElementBound;  // view/codecs/bound.h
+struct MappedModel;  // view/maps/keymap.h
 struct MappedTensor;
 
 // What a derived tensor reads its inputs through: the tensors of the table below it, saved or

@@ -67,10 +67,14 @@ bool MetadataFolder::fold(const pickle::GlobalRef& cls, const Value& args, const
   } else if (seen != seen_.end()) {
     tag = seen->tag;
   } else {
-    if (cls.name == "ChunkStorageMetadata") tag = kChunk;
-    else if (cls.name == "MetadataIndex") tag = kKey;
-    else if (cls.name == "_StorageInfo") tag = kStorage;
-    else if (cls.name == "TensorStorageMetadata") tag = kTensor;
+    if (cls.name == "ChunkStorageMetadata")
+      tag = kChunk;
+    else if (cls.name == "MetadataIndex")
+      tag = kKey;
+    else if (cls.name == "_StorageInfo")
+      tag = kStorage;
+    else if (cls.name == "TensorStorageMetadata")
+      tag = kTensor;
     if (tag) {
       if (!cls_[tag]) cls_[tag] = &cls;
       if (cls_[tag] != &cls) tag = 0;  // a second class of that name: left to the Mapper
@@ -78,11 +82,16 @@ bool MetadataFolder::fold(const pickle::GlobalRef& cls, const Value& args, const
     if (seen_.size() < 64) seen_.push_back({&cls, tag});
   }
   switch (tag) {
-    case kChunk: return chunk(state, out);
-    case kKey: return key(state, out);
-    case kStorage: return storage_info(state, out);
-    case kTensor: return tensor(state, out);
-    default: return false;
+    case kChunk:
+      return chunk(state, out);
+    case kKey:
+      return key(state, out);
+    case kStorage:
+      return storage_info(state, out);
+    case kTensor:
+      return tensor(state, out);
+    default:
+      return false;
   }
 }
 
@@ -234,7 +243,9 @@ bool MetadataFolder::tensor(const Value& st, Value& out) {
     const pickle::GlobalRef& g = props->as_object().callable.as_global();
     t.props_class = std::string(g.module) + "." + std::string(g.name);
   } else {
-    t.props_class = std::string("<") + pickle::kind_name(props->kind == Kind::Object ? props->as_object().callable.kind : props->kind) + ">";
+    t.props_class = std::string("<") +
+                    pickle::kind_name(props->kind == Kind::Object ? props->as_object().callable.kind : props->kind) +
+                    ">";
   }
   // The chunks' records were the last ones made, and nothing else can reach them: give them back.
   if (alone && !cs.empty() && next == dims.size()) dims.truncate(cs[0].bits);

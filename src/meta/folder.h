@@ -8,9 +8,9 @@
 #include <cstring>
 #include <deque>
 #include <new>
-#include <type_traits>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
@@ -198,8 +198,8 @@ class MetadataFolder final : public pickle::Folder {
   static constexpr uint32_t kNoOffset = 255;  // Key::nd of a key whose offset is None
   static constexpr uint32_t kNoIndex = UINT32_MAX;
   struct Key {
-    uint32_t fqn;    // index into fqns
-    uint32_t index;  // kNoIndex: None, negative or absent
+    uint32_t fqn;     // index into fqns
+    uint32_t index;   // kNoIndex: None, negative or absent
     uint64_t packed;  // offsets at dims[packed >> 8, + nd), nd = packed & 0xff (kNoOffset: None)
     uint32_t nd() const { return static_cast<uint32_t>(packed & 0xff); }
     uint64_t dims_at() const { return packed >> 8; }
@@ -209,16 +209,16 @@ class MetadataFolder final : public pickle::Folder {
     uint32_t transforms;  // index into transform_sets | kHasTransformField when the attribute was there
     uint64_t offset, length;
   };
-  static constexpr uint32_t kNoName = UINT32_MAX;      // named_: no tensor of that name yet
+  static constexpr uint32_t kNoName = UINT32_MAX;         // named_: no tensor of that name yet
   static constexpr uint32_t kAmbiguous = UINT32_MAX - 1;  // named_: more than one
   struct Tensor {
-    TensorMeta meta;            // fqn empty; storage sized to the chunks, attached entries filled in
-    uint64_t chunks = 0;        // how many the storage vector must hold
-    std::string props_class;    // the Mapper's class_name of its properties
-    bool moved = false;         // meta was moved into the model
-    uint32_t name = kNoName;    // the fqn id a dict pair gave it (attaching looks it up by that)
-    uint64_t attached = 0;      // storage entries written into meta.storage while decoding
-    size_t md_index = SIZE_MAX; // where the Mapper moved it
+    TensorMeta meta;             // fqn empty; storage sized to the chunks, attached entries filled in
+    uint64_t chunks = 0;         // how many the storage vector must hold
+    std::string props_class;     // the Mapper's class_name of its properties
+    bool moved = false;          // meta was moved into the model
+    uint32_t name = kNoName;     // the fqn id a dict pair gave it (attaching looks it up by that)
+    uint64_t attached = 0;       // storage entries written into meta.storage while decoding
+    size_t md_index = SIZE_MAX;  // where the Mapper moved it
   };
   // Consecutive attached pairs of one dict: the first pair is (kAttached run id, kAttached 0), and
   // the others are merged into it. files: the folder file ids the run's entries name, in the order

@@ -1,7 +1,7 @@
 #include "meta/frameworks.h"
 
-#include "util/error.h"
 #include "store/file.h"
+#include "util/error.h"
 
 namespace dcpctl {
 

@@ -99,15 +99,18 @@ Cuts cut_points(const TensorMeta& t, const std::vector<size_t>& live) {
 }
 
 // How many live chunks cover each cell of the grid the cuts make (up to 255).
-std::vector<uint8_t> count_cells(const TensorMeta& t, const std::vector<size_t>& live, const Cuts& cuts, uint64_t cells) {
+std::vector<uint8_t> count_cells(const TensorMeta& t, const std::vector<size_t>& live, const Cuts& cuts,
+                                 uint64_t cells) {
   const size_t nd = t.ndim();
   std::vector<uint8_t> count(static_cast<size_t>(cells), 0);
   std::vector<size_t> lo(nd), hi(nd), idx(nd);
   for (size_t i : live) {
     for (size_t d = 0; d < nd; ++d) {
-      lo[d] = static_cast<size_t>(std::lower_bound(cuts[d].begin(), cuts[d].end(), t.chunk_offsets(i)[d]) - cuts[d].begin());
+      lo[d] = static_cast<size_t>(std::lower_bound(cuts[d].begin(), cuts[d].end(), t.chunk_offsets(i)[d]) -
+                                  cuts[d].begin());
       hi[d] = static_cast<size_t>(
-          std::lower_bound(cuts[d].begin(), cuts[d].end(), t.chunk_offsets(i)[d] + t.chunk_sizes(i)[d]) - cuts[d].begin());
+          std::lower_bound(cuts[d].begin(), cuts[d].end(), t.chunk_offsets(i)[d] + t.chunk_sizes(i)[d]) -
+          cuts[d].begin());
       idx[d] = lo[d];
     }
     while (true) {
@@ -159,7 +162,8 @@ void sweep_dim0(const TensorMeta& t, const std::vector<size_t>& live, size_t max
   uint64_t covered = 0;
   for (size_t i : live) covered += t.chunk_numel(i);
   std::vector<size_t> order = live;
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return t.chunk_offsets(a)[0] < t.chunk_offsets(b)[0]; });
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return t.chunk_offsets(a)[0] < t.chunk_offsets(b)[0]; });
   for (size_t x = 0; x < order.size(); ++x) {
     size_t a = order[x];
     for (size_t y = x + 1; y < order.size(); ++y) {
@@ -206,7 +210,7 @@ Coverage check_coverage(const TensorMeta& t, size_t max_report) {
   Coverage c;
   const size_t nd = t.ndim();
   std::vector<size_t> live = live_chunks(t, c);  // non-empty, in-bounds chunks
-  if (t.numel() == 0) return c;  // nothing to cover
+  if (t.numel() == 0) return c;                  // nothing to cover
   // The common layout first: the grid below would find no hole and no overlap, so the answer is
   // what live_chunks found.
   if (nd > 0 && stacked_slabs(t, live)) return c;
@@ -221,7 +225,9 @@ Coverage check_coverage(const TensorMeta& t, size_t max_report) {
   return c;
 }
 
-std::string describe_sharding(const TensorMeta& t) { return describe_sharding(t, check_coverage(t, 1)); }
+std::string describe_sharding(const TensorMeta& t) {
+  return describe_sharding(t, check_coverage(t, 1));
+}
 
 std::string describe_sharding(const TensorMeta& t, const Coverage& c) {
   size_t n = t.num_chunks();
@@ -233,8 +239,7 @@ std::string describe_sharding(const TensorMeta& t, const Coverage& c) {
   size_t empty = n - live.size();
   if (live.size() == 1 && t.numel() > 0) {
     const int64_t* s = t.chunk_sizes(live[0]);
-    if (std::equal(s, s + nd, t.shape.begin()))
-      return empty ? "whole (+" + std::to_string(empty) + " empty)" : "whole";
+    if (std::equal(s, s + nd, t.shape.begin())) return empty ? "whole (+" + std::to_string(empty) + " empty)" : "whole";
   }
   if (n == 1) return "whole";
   // Distinct offsets per dimension among non-empty chunks.

@@ -18,7 +18,9 @@ namespace dcpctl {
 
 // A shape or any list of dims for messages: "[4, 5]".
 std::string dims_text(const int64_t* d, size_t n);
-inline std::string dims_text(const std::vector<int64_t>& d) { return dims_text(d.data(), d.size()); }
+inline std::string dims_text(const std::vector<int64_t>& d) {
+  return dims_text(d.data(), d.size());
+}
 
 struct Box {
   std::vector<int64_t> offsets, sizes;
@@ -31,13 +33,13 @@ struct Box {
 };
 
 struct Coverage {
-  bool exact = true;                   // no hole, no overlap, nothing out of bounds
-  uint64_t missing_elements = 0;       // elements no chunk covers
-  uint64_t overlap_elements = 0;       // elements covered more than once (counted once each)
-  std::vector<Box> holes;              // up to max_report regions nobody covers
-  std::vector<size_t> out_of_bounds;   // chunk indices reaching outside the shape
+  bool exact = true;                                // no hole, no overlap, nothing out of bounds
+  uint64_t missing_elements = 0;                    // elements no chunk covers
+  uint64_t overlap_elements = 0;                    // elements covered more than once (counted once each)
+  std::vector<Box> holes;                           // up to max_report regions nobody covers
+  std::vector<size_t> out_of_bounds;                // chunk indices reaching outside the shape
   std::vector<std::pair<size_t, size_t>> overlaps;  // up to max_report overlapping chunk pairs
-  size_t empty_chunks = 0;             // zero-size shards (DCP convention), ignored
+  size_t empty_chunks = 0;                          // zero-size shards (DCP convention), ignored
 };
 
 Coverage check_coverage(const TensorMeta& t, size_t max_report = 16);

@@ -38,7 +38,8 @@ constexpr uint64_t kMaxIndexBytes = 64ull << 20;
 std::map<std::string, std::string> read_weight_map(const std::string& index) {
   ReadFile f(index);
   if (f.size() > kMaxIndexBytes)
-    throw FormatError(Where(index), "index of " + std::to_string(f.size()) + " bytes is larger than dcpctl reads (64 MiB)");
+    throw FormatError(Where(index),
+                      "index of " + std::to_string(f.size()) + " bytes is larger than dcpctl reads (64 MiB)");
   json j = json::parse(f.read_all(), nullptr, false);
   if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
     throw FormatError(Where(index), "not a Hugging Face index (a JSON object with a \"weight_map\" object)");
@@ -83,8 +84,9 @@ class SafetensorsFolder {
       for (const auto& [k, f] : weight_map_) named.insert(f);
       for (const auto& n : names_)
         if (!named.count(n))
-          md_.problems.push_back({"unindexed-file", Where(join_path(dir_, n)),
-                                  "a .safetensors file the index does not name (a stale shard of another save?); not read"});
+          md_.problems.push_back(
+              {"unindexed-file", Where(join_path(dir_, n)),
+               "a .safetensors file the index does not name (a stale shard of another save?); not read"});
       files.assign(named.begin(), named.end());
       ck_.metadata_path = index_;
       ck_.metadata_sources.push_back(index_);
@@ -120,7 +122,8 @@ class SafetensorsFolder {
       if (sharded) {
         auto it = offsets.find(e.key);
         if (it == offsets.end() || it->second.size() != e.shape.size()) {
-          md_.problems.push_back({"sharding-info-mismatch", where, "DCP_SHARDING_INFO has no saved_offsets of this tensor's rank"});
+          md_.problems.push_back(
+              {"sharding-info-mismatch", where, "DCP_SHARDING_INFO has no saved_offsets of this tensor's rank"});
           continue;
         }
         off = it->second;
@@ -130,8 +133,8 @@ class SafetensorsFolder {
   }
 
   // Entry e of file f (header h) as a chunk at `off` of its tensor, the tensor listed when first seen.
-  void add_chunk(uint32_t f, const SafetensorsHeader& h, const SafetensorsTensorInfo& e, const std::vector<int64_t>& off,
-                 const Where& where) {
+  void add_chunk(uint32_t f, const SafetensorsHeader& h, const SafetensorsTensorInfo& e,
+                 const std::vector<int64_t>& off, const Where& where) {
     StorageRef ref;
     ref.file = f;
     ref.offset = h.data_start + e.begin;
@@ -151,8 +154,9 @@ class SafetensorsFolder {
     TensorMeta& t = md_.tensors[it->second];
     std::string dname = e.dtype ? torch_name(*e.dtype) : e.dtype_name;
     if (dname != t.dtype_name || e.shape.size() != t.ndim()) {
-      md_.problems.push_back({"chunk-dtype-mismatch", where, "this file holds " + dname + " of " + std::to_string(e.shape.size()) +
-                                                                 " dims, another holds " + t.dtype_name + " of " + std::to_string(t.ndim())});
+      md_.problems.push_back({"chunk-dtype-mismatch", where,
+                              "this file holds " + dname + " of " + std::to_string(e.shape.size()) +
+                                  " dims, another holds " + t.dtype_name + " of " + std::to_string(t.ndim())});
       return;
     }
     for (size_t d = 0; d < e.shape.size(); ++d) t.shape[d] = std::max(t.shape[d], off[d] + e.shape[d]);
@@ -198,14 +202,16 @@ class SafetensorsFolder {
     if (!shard_ranks.empty())
       for (long r = 1; r < *shard_ranks.rbegin(); ++r)
         if (!shard_ranks.count(r))
-          ck_.incomplete.push_back({"missing-shard", Where(dir_), "no file of shard " + std::to_string(r) + " (rank " + std::to_string(r - 1) +
-                                                                      ") although shard " + std::to_string(*shard_ranks.rbegin()) + " is here"});
+          ck_.incomplete.push_back({"missing-shard", Where(dir_),
+                                    "no file of shard " + std::to_string(r) + " (rank " + std::to_string(r - 1) +
+                                        ") although shard " + std::to_string(*shard_ranks.rbegin()) + " is here"});
     if (index_.empty() && model_total > 0 && model_total < 100000)
       for (long i = 1; i <= model_total; ++i)
         if (!model_parts.count(i))
-          ck_.incomplete.push_back({"missing-file", Where(dir_), "no model-" + std::string(5 - std::min<size_t>(5, std::to_string(i).size()), '0') +
-                                                                     std::to_string(i) + "-of-... file although the names count " +
-                                                                     std::to_string(model_total)});
+          ck_.incomplete.push_back({"missing-file", Where(dir_),
+                                    "no model-" + std::string(5 - std::min<size_t>(5, std::to_string(i).size()), '0') +
+                                        std::to_string(i) + "-of-... file although the names count " +
+                                        std::to_string(model_total)});
   }
 
   const std::string& dir_;
@@ -221,7 +227,8 @@ class SafetensorsFolder {
 
 }  // namespace
 
-Checkpoint open_safetensors_files(const std::string& dir, const std::vector<std::string>& names, const std::string& index) {
+Checkpoint open_safetensors_files(const std::string& dir, const std::vector<std::string>& names,
+                                  const std::string& index) {
   return SafetensorsFolder(dir, names, index).open();
 }
 

@@ -30,6 +30,7 @@ Checkpoint open_rank_local(const std::string& dir, const std::vector<std::string
 
 // Safetensors files `names` (relative to dir) as one view; `index` is the
 // model.safetensors.index.json path or empty.
-Checkpoint open_safetensors_files(const std::string& dir, const std::vector<std::string>& names, const std::string& index);
+Checkpoint open_safetensors_files(const std::string& dir, const std::vector<std::string>& names,
+                                  const std::string& index);
 
 }  // namespace dcpctl::meta_detail

@@ -285,8 +285,8 @@ class LoraFinder {
 
   // A PEFT adapter's part at k (lora_A/B, lora_embedding_A/B, else lora_magnitude_vector): the
   // adapter's name, and whether this is a bias. False: the parts after it are no adapter's.
-  static bool peft_adapter(const std::vector<std::string_view>& s, size_t k, bool linear, bool emb, std::string& adapter,
-                           bool& bias) {
+  static bool peft_adapter(const std::vector<std::string_view>& s, size_t k, bool linear, bool emb,
+                           std::string& adapter, bool& bias) {
     const size_t rest = s.size() - k - 1;
     if (linear) {
       if (rest == 2 && (s[k + 2] == "weight" || s[k + 2] == "bias"))
@@ -320,7 +320,9 @@ class LoraFinder {
 
 }  // namespace
 
-LoraModel find_lora(const Metadata& md) { return LoraFinder(md).find(); }
+LoraModel find_lora(const Metadata& md) {
+  return LoraFinder(md).find();
+}
 
 int64_t lora_rank(const Metadata& md, const LoraLayer& l) {
   if (l.a < 0 || md.tensors[static_cast<size_t>(l.a)].ndim() != 2) return 0;

@@ -81,8 +81,8 @@ struct LoraSavedModule {
 // M.adapter.linear_in.weight [r, in] and M.adapter.linear_out.weight [out, r] beside M.weight
 // (CanonicalLoRA: M.adapter_q / adapter_k / adapter_v / adapter_up / adapter_gate.linear_in/out).
 struct LoraForeign {
-  std::string layout;   // "megatron-bridge"
-  std::string example;  // one of its keys, as saved
+  std::string layout;             // "megatron-bridge"
+  std::string example;            // one of its keys, as saved
   std::set<std::string> targets;  // the adapted modules' last parts ("linear_qkv")
   std::set<int64_t> ranks;        // linear_in's rows
   size_t modules = 0;
@@ -92,8 +92,8 @@ struct LoraModel {
   std::vector<LoraForeign> foreign;  // layouts seen that --lora adapter / merge refuse (exit 5)
   std::vector<LoraLayer> layers;
   std::vector<LoraSavedModule> saved;
-  std::vector<int> originals;         // M.original_module.<param>: the frozen copies of saved modules
-  std::vector<std::string> adapters;  // the names, in the order first met ("" for unnamed)
+  std::vector<int> originals;                    // M.original_module.<param>: the frozen copies of saved modules
+  std::vector<std::string> adapters;             // the names, in the order first met ("" for unnamed)
   bool empty() const { return layers.empty(); }  // no adapter dcpctl can write (foreign ones aside)
   // The target module names (the last part of each module's key: "q_proj"), sorted; ParamWrappers'
   // are target_parameters ("experts.gate_up_proj": the module's last part and the parameter).

@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "store/file.h"
-#include "util/parallel.h"
-#include "util/io_buffer.h"
 #include "util/crc32.h"
+#include "util/io_buffer.h"
+#include "util/parallel.h"
 #include "util/sha256.h"
 
 namespace dcpctl {
@@ -55,8 +55,12 @@ FileDigest hash_file(const std::string& path, ManifestAlgorithm alg) {
   return {f.size(), h.hex()};
 }
 
-size_t digest_digits(ManifestAlgorithm a) { return a == ManifestAlgorithm::Crc32 ? 8 : 64; }
-const char* digest_label(ManifestAlgorithm a) { return a == ManifestAlgorithm::Crc32 ? "CRC-32" : "SHA-256"; }
+size_t digest_digits(ManifestAlgorithm a) {
+  return a == ManifestAlgorithm::Crc32 ? 8 : 64;
+}
+const char* digest_label(ManifestAlgorithm a) {
+  return a == ManifestAlgorithm::Crc32 ? "CRC-32" : "SHA-256";
+}
 
 // The files a manifest of `path` covers: a folder's regular files (the manifest excepted), or the file.
 std::vector<std::string> covered(const std::string& path) {
@@ -69,7 +73,9 @@ std::vector<std::string> covered(const std::string& path) {
 
 }  // namespace
 
-const char* algorithm_name(ManifestAlgorithm a) { return a == ManifestAlgorithm::Crc32 ? "crc32" : "sha256"; }
+const char* algorithm_name(ManifestAlgorithm a) {
+  return a == ManifestAlgorithm::Crc32 ? "crc32" : "sha256";
+}
 
 std::optional<ManifestAlgorithm> algorithm_named(const std::string& name) {
   if (name == "crc32") return ManifestAlgorithm::Crc32;
@@ -198,13 +204,13 @@ void check_listed_files(const std::vector<ListedFile>& files, unsigned threads, 
 }
 
 std::optional<nlohmann::json> read_listing(const std::string& path, uint64_t max_bytes, const char* invalid_code,
-                                          Findings& problems) {
+                                           Findings& problems) {
   try {
     ReadFile f(path);
     if (f.size() > max_bytes) {
-      problems.push_back({invalid_code, Where(path), "is " + std::to_string(f.size()) +
-                                                         " bytes, more than dcpctl reads of a manifest (" +
-                                                         std::to_string(max_bytes >> 20) + " MiB)"});
+      problems.push_back({invalid_code, Where(path),
+                          "is " + std::to_string(f.size()) + " bytes, more than dcpctl reads of a manifest (" +
+                              std::to_string(max_bytes >> 20) + " MiB)"});
       return std::nullopt;
     }
     std::string text(f.size(), '\0');
@@ -235,11 +241,13 @@ ManifestReport check_manifest(const std::string& path, unsigned threads) {
   const json version = j.contains("version") ? j["version"] : json();
   std::optional<ManifestAlgorithm> alg;
   if (j.contains("algorithm") && j["algorithm"].is_string()) alg = algorithm_named(j["algorithm"].get<std::string>());
-  const bool known_version = version.is_number_unsigned() && (version.get<uint64_t>() == 1 || version.get<uint64_t>() == 2);
-  if (!known_version || !alg || (version.get<uint64_t>() == 1 && *alg != ManifestAlgorithm::Sha256) || !j.contains("files") ||
-      !j["files"].is_object() || !j.contains("sizes") || !j["sizes"].is_object()) {
-    invalid("", "is not version 1 (algorithm sha256) or 2 (algorithm crc32 or sha256) of the format, with \"files\" "
-                "and \"sizes\" objects");
+  const bool known_version =
+      version.is_number_unsigned() && (version.get<uint64_t>() == 1 || version.get<uint64_t>() == 2);
+  if (!known_version || !alg || (version.get<uint64_t>() == 1 && *alg != ManifestAlgorithm::Sha256) ||
+      !j.contains("files") || !j["files"].is_object() || !j.contains("sizes") || !j["sizes"].is_object()) {
+    invalid("",
+            "is not version 1 (algorithm sha256) or 2 (algorithm crc32 or sha256) of the format, with \"files\" "
+            "and \"sizes\" objects");
     return r;
   }
   r.algorithm = *alg;
@@ -250,7 +258,8 @@ ManifestReport check_manifest(const std::string& path, unsigned threads) {
       if (hex_digest(v, digits))
         (*r.tensors)[k] = v.get<std::string>();
       else
-        invalid(k, "tensor digest " + v.dump() + " is not " + std::to_string(digits) + " lower-case hexadecimal digits");
+        invalid(k,
+                "tensor digest " + v.dump() + " is not " + std::to_string(digits) + " lower-case hexadecimal digits");
   }
   if (j.contains("source") && j["source"].is_string()) r.source = j["source"].get<std::string>();
   if (j.contains("written_by") && j["written_by"].is_object()) r.tool_version = j["written_by"].value("version", "");

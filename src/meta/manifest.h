@@ -63,7 +63,7 @@ std::string manifest_path(const std::string& path);
 
 // The digest a manifest records (above).
 enum class ManifestAlgorithm { Crc32, Sha256 };
-const char* algorithm_name(ManifestAlgorithm a);                        // "crc32", "sha256"
+const char* algorithm_name(ManifestAlgorithm a);                            // "crc32", "sha256"
 std::optional<ManifestAlgorithm> algorithm_named(const std::string& name);  // nullopt: neither
 // A digest as the manifest spells it: CRC-32 as 8 lower-case hex digits (most significant first).
 std::string crc32_hex(uint32_t crc);
@@ -101,9 +101,9 @@ std::map<std::string, FileDigest> digest_files(
 
 // A file a list of digests records (a manifest's `files`, megatron-core's integrity.json).
 struct ListedFile {
-  std::string path;               // where it should be
-  std::string digest;             // lower-case hex, in the list's algorithm
-  std::optional<uint64_t> size;   // where the list records one (a different size is seen unhashed)
+  std::string path;              // where it should be
+  std::string digest;            // lower-case hex, in the list's algorithm
+  std::optional<uint64_t> size;  // where the list records one (a different size is seen unhashed)
 };
 // How a list names its problems: the codes of a missing file and of a changed one, the list in
 // messages ("integrity.json"), and what it was made by ("the save").
@@ -116,7 +116,7 @@ struct ListedCodes {
 // added: more than `max_bytes` (`invalid_code`), or unreadable (io-error). A text that is not JSON
 // comes back discarded, for the caller to name what it expected.
 std::optional<nlohmann::json> read_listing(const std::string& path, uint64_t max_bytes, const char* invalid_code,
-                                          Findings& problems);
+                                           Findings& problems);
 // A name a list of a folder's files may hold: relative, no empty or '..' component (a hostile list
 // must not make verify read outside the folder).
 bool listed_name_inside(const std::string& name);

@@ -28,7 +28,9 @@ uint64_t TensorMeta::chunk_numel(size_t i) const {
   return n;
 }
 
-uint64_t TensorMeta::nbytes() const { return dtype ? numel() * itemsize(*dtype) : 0; }
+uint64_t TensorMeta::nbytes() const {
+  return dtype ? numel() * itemsize(*dtype) : 0;
+}
 
 const TensorMeta* Metadata::find_tensor(const std::string& fqn) const {
   for (const auto& t : tensors)
@@ -45,13 +47,19 @@ std::string Metadata::writer_releases() const {
   lo = "2.0";
   if (properties_class.find("checkpoint.metadata") != std::string::npos) lo = "2.3";
   if (properties_class.find("sharded_tensor") != std::string::npos) hi = "2.2";
-  if (has_storage_meta_field) lo = "2.4";
-  else if (hi.empty()) hi = "2.3";
+  if (has_storage_meta_field)
+    lo = "2.4";
+  else if (hi.empty())
+    hi = "2.3";
   if (has_transform_field) lo = "2.7";
-  if (has_version_field) lo = "2.8";
-  else if (hi.empty() && has_storage_meta_field) hi = "2.8";
-  if (strided_tensors()) lo = "2.15";
-  else if (hi.empty() && has_version_field && !tensors.empty()) hi = "2.14";
+  if (has_version_field)
+    lo = "2.8";
+  else if (hi.empty() && has_storage_meta_field)
+    hi = "2.8";
+  if (strided_tensors())
+    lo = "2.15";
+  else if (hi.empty() && has_version_field && !tensors.empty())
+    hi = "2.14";
   if (hi.empty()) return lo + " or newer";
   if (hi == lo) return lo;
   return lo + " to " + hi;
@@ -69,7 +77,8 @@ Metadata::LoaderBound Metadata::oldest_loader() const {
     return {"2.15", std::to_string(n) + " TensorProperties record strides (a 6-tuple; torch <= 2.14 unpacks 5)"};
   for (size_t i = 1; i < transform_sets.size(); ++i)
     if (!transform_sets[i].empty())
-      return {"2.7", "items need transforms (" + transform_sets[i].front() + "): torch.distributed.checkpoint._extension"};
+      return {"2.7",
+              "items need transforms (" + transform_sets[i].front() + "): torch.distributed.checkpoint._extension"};
   if (has_storage_meta_field) return {"2.4", "names the class StorageMeta (torch >= 2.4)"};
   if (properties_class.find("checkpoint.metadata") != std::string::npos)
     return {"2.3", "names torch.distributed.checkpoint.metadata.TensorProperties (torch >= 2.3)"};
@@ -85,9 +94,12 @@ using meta_detail::Tables;
 // The globals that DCP writers put in `.metadata`. Anything else is listed as unknown.
 bool known_global(std::string_view module, std::string_view name) {
   static const char* kModules[] = {
-      "torch.distributed.checkpoint.metadata", "torch.distributed.checkpoint.filesystem",
-      "torch.distributed._shard.checkpoint.metadata", "torch.distributed._shard.checkpoint.filesystem",
-      "torch.distributed._shard.sharded_tensor.metadata", "torch.distributed.checkpoint._extension",
+      "torch.distributed.checkpoint.metadata",
+      "torch.distributed.checkpoint.filesystem",
+      "torch.distributed._shard.checkpoint.metadata",
+      "torch.distributed._shard.checkpoint.filesystem",
+      "torch.distributed._shard.sharded_tensor.metadata",
+      "torch.distributed.checkpoint._extension",
   };
   for (const char* m : kModules)
     if (module == m) return true;
@@ -338,7 +350,8 @@ class Mapper {
     size_t id = SIZE_MAX;
   };
   Target target(const KeyView& key) {
-    if (key.folded_fqn != UINT32_MAX && key.folded_fqn < folded_targets_.size() && folded_targets_[key.folded_fqn].second)
+    if (key.folded_fqn != UINT32_MAX && key.folded_fqn < folded_targets_.size() &&
+        folded_targets_[key.folded_fqn].second)
       return folded_targets_[key.folded_fqn].first;
     Target t;
     std::string fqn(key.fqn);
@@ -377,9 +390,12 @@ class Mapper {
     // depend on whether it came before or after them. Done again without attaching.
     if (tg.id < md_attached_.size() && md_attached_[tg.id]) attach_conflict_ = true;
     size_t nd = t.ndim();
-    auto matches = [&](size_t i) { return key.nd == nd && std::equal(key.offset, key.offset + nd, t.chunk_offsets(i)); };
+    auto matches = [&](size_t i) {
+      return key.nd == nd && std::equal(key.offset, key.offset + nd, t.chunk_offsets(i));
+    };
     size_t hit = t.num_chunks();
-    if (key.index >= 0 && static_cast<uint64_t>(key.index) < t.num_chunks() && matches(static_cast<size_t>(key.index))) {
+    if (key.index >= 0 && static_cast<uint64_t>(key.index) < t.num_chunks() &&
+        matches(static_cast<size_t>(key.index))) {
       hit = static_cast<size_t>(key.index);
     } else if (key.nd == nd) {
       hit = chunk_by_offsets(tg.id, key.offset);
@@ -415,13 +431,16 @@ class Mapper {
     md_.problems.push_back({"orphan-storage", Where(md_.source, std::nullopt, fqn), msg});
   }
   void duplicate(const std::string& fqn) {
-    md_.problems.push_back({"duplicate-storage", Where(md_.source, std::nullopt, fqn), "more than one storage entry for the same chunk"});
+    md_.problems.push_back(
+        {"duplicate-storage", Where(md_.source, std::nullopt, fqn), "more than one storage entry for the same chunk"});
   }
 
   void planner(const Value& pd) {
     if (pd.kind == Kind::None) return;
     if (pd.kind != Kind::Dict) {
-      md_.problems.push_back({"planner-data", Where(md_.source), std::string("planner_data is a ") + pickle::kind_name(pd.kind) + ", not a dict; nesting cannot be rebuilt"});
+      md_.problems.push_back(
+          {"planner-data", Where(md_.source),
+           std::string("planner_data is a ") + pickle::kind_name(pd.kind) + ", not a dict; nesting cannot be rebuilt"});
       return;
     }
     md_.has_planner_data = true;
@@ -518,7 +537,9 @@ class Mapper {
     }
     const Value& root = tree.root;
     if (!class_is(root, "Metadata"))
-      fail("", "the pickle holds a " + (root.kind == Kind::Object || root.kind == Kind::Ext ? class_name(root) : std::string(pickle::kind_name(root.kind))) +
+      fail("", "the pickle holds a " +
+                   (root.kind == Kind::Object || root.kind == Kind::Ext ? class_name(root)
+                                                                        : std::string(pickle::kind_name(root.kind))) +
                    ", not a DCP Metadata object");
     md_.metadata_class = class_name(root);
     const Value* st = state_dict(root);
@@ -602,7 +623,9 @@ class Mapper {
   bool attach_conflict_ = false;
 };
 
-int pickle_protocol(ByteSpan b) { return b.size >= 2 && b.data[0] == 0x80 ? b.data[1] : (b.size ? 0 : -1); }
+int pickle_protocol(ByteSpan b) {
+  return b.size >= 2 && b.data[0] == 0x80 ? b.data[1] : (b.size ? 0 : -1);
+}
 
 }  // namespace
 

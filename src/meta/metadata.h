@@ -50,8 +50,8 @@ enum class ItemFormat : uint8_t {
 struct StorageRef {
   static constexpr uint32_t kNone = UINT32_MAX;
   static constexpr uint32_t kMaxTransformSets = 1u << 24;  // transforms' range (refused beyond)
-  uint32_t file = kNone;          // index into Metadata::files; kNone: no storage_data entry
-  uint32_t transforms : 24;       // index into Metadata::transform_sets; 0 = no transforms
+  uint32_t file = kNone;                                   // index into Metadata::files; kNone: no storage_data entry
+  uint32_t transforms : 24;                                // index into Metadata::transform_sets; 0 = no transforms
   ItemFormat format : 8;
   uint64_t offset = 0;
   uint64_t length = 0;
@@ -62,8 +62,8 @@ static_assert(sizeof(StorageRef) == 24, "one per chunk");
 
 struct TensorMeta {
   std::string fqn;
-  std::string dtype_name;           // as pickled ("float32"); kept even when unknown to us
-  std::optional<DType> dtype;       // nullopt: a dtype this version does not know
+  std::string dtype_name;      // as pickled ("float32"); kept even when unknown to us
+  std::optional<DType> dtype;  // nullopt: a dtype this version does not know
   bool requires_grad = false;
   // Its TensorProperties carry a sixth value, the strides (torch >= 2.15; older torch cannot
   // unpickle such a `.metadata`: "too many values to unpack (expected 5)").
@@ -105,7 +105,7 @@ struct Metadata {
   std::vector<BytesMeta> bytes;     // in state_dict_metadata order
   // Every item in state_dict_metadata order: {is_tensor, index into tensors or bytes}.
   std::vector<std::pair<bool, uint32_t>> order;
-  std::vector<std::string> files;   // relative paths named by storage_data
+  std::vector<std::string> files;                            // relative paths named by storage_data
   std::vector<std::vector<std::string>> transform_sets{{}};  // [0] is "none"
 
   bool has_planner_data = false;
@@ -115,12 +115,12 @@ struct Metadata {
   std::optional<std::string> version;
   bool has_version_field = false;
   bool has_transform_field = false;
-  std::string metadata_class;      // "torch.distributed.checkpoint.metadata.Metadata"
-  std::string properties_class;    // module.name of TensorProperties
-  std::vector<std::string> globals;          // every global the pickle named
-  std::vector<std::string> unknown_globals;  // those outside the set DCP writers use
-  std::vector<std::string> extra_attributes; // Metadata attributes beyond the known fields
-  Findings problems;  // non-fatal: orphan or duplicate storage entries, missing entries
+  std::string metadata_class;                 // "torch.distributed.checkpoint.metadata.Metadata"
+  std::string properties_class;               // module.name of TensorProperties
+  std::vector<std::string> globals;           // every global the pickle named
+  std::vector<std::string> unknown_globals;   // those outside the set DCP writers use
+  std::vector<std::string> extra_attributes;  // Metadata attributes beyond the known fields
+  Findings problems;                          // non-fatal: orphan or duplicate storage entries, missing entries
 
   // Which torch releases could have written this file, from the classes and fields present.
   std::string writer_releases() const;

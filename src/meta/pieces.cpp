@@ -12,7 +12,9 @@ Box chunk_box(const TensorMeta& t, size_t chunk) {
           std::vector<int64_t>(t.chunk_sizes(chunk), t.chunk_sizes(chunk) + t.ndim())};
 }
 
-Box whole_box(const TensorMeta& t) { return {std::vector<int64_t>(t.ndim(), 0), t.shape}; }
+Box whole_box(const TensorMeta& t) {
+  return {std::vector<int64_t>(t.ndim(), 0), t.shape};
+}
 
 bool intersect(const Box& a, const Box& b, Box& out) {
   size_t nd = a.offsets.size();
@@ -39,7 +41,8 @@ bool is_run(const Box& b, const std::vector<int64_t>& shape) {
 
 uint64_t first_element(const Box& b, const std::vector<int64_t>& shape) {
   uint64_t at = 0;
-  for (size_t d = 0; d < shape.size(); ++d) at = at * static_cast<uint64_t>(shape[d]) + static_cast<uint64_t>(b.offsets[d]);
+  for (size_t d = 0; d < shape.size(); ++d)
+    at = at * static_cast<uint64_t>(shape[d]) + static_cast<uint64_t>(b.offsets[d]);
   return at;
 }
 
@@ -49,7 +52,8 @@ void copy_box(const uint8_t* src, const Box& sb, uint8_t* dst, const Box& db, co
   // The run: trailing dims all three boxes span alike, plus the first dim before them.
   uint64_t run = item;
   size_t d = nd;
-  while (d > 0 && in.sizes[d - 1] == sb.sizes[d - 1] && in.sizes[d - 1] == db.sizes[d - 1]) run *= static_cast<uint64_t>(in.sizes[--d]);
+  while (d > 0 && in.sizes[d - 1] == sb.sizes[d - 1] && in.sizes[d - 1] == db.sizes[d - 1])
+    run *= static_cast<uint64_t>(in.sizes[--d]);
   if (d > 0) run *= static_cast<uint64_t>(in.sizes[--d]);
   auto strides = [&](const Box& b) {
     std::vector<uint64_t> s(nd, item);
@@ -89,7 +93,8 @@ void transpose_rows(const uint8_t* src, uint64_t s_row, uint8_t* dst, uint64_t d
   for (int64_t a = 0; a < rows; ++a) {
     const uint8_t* sp = src + static_cast<uint64_t>(a) * s_row;
     uint8_t* dp = dst + static_cast<uint64_t>(a) * N;
-    for (int64_t b = 0; b < cols; ++b) std::memcpy(dp + static_cast<uint64_t>(b) * d_col, sp + static_cast<uint64_t>(b) * N, N);
+    for (int64_t b = 0; b < cols; ++b)
+      std::memcpy(dp + static_cast<uint64_t>(b) * d_col, sp + static_cast<uint64_t>(b) * N, N);
   }
 }
 
@@ -122,10 +127,18 @@ void copy_box_transposed(const uint8_t* src, const Box& sb, uint8_t* dst, const 
       dof += static_cast<uint64_t>(idx[k]) * ds[k];
     }
     switch (item) {
-      case 1: transpose_rows<1>(src + so, ss[nd - 2], dst + dof, ds[nd - 1], rows, cols); break;
-      case 2: transpose_rows<2>(src + so, ss[nd - 2], dst + dof, ds[nd - 1], rows, cols); break;
-      case 4: transpose_rows<4>(src + so, ss[nd - 2], dst + dof, ds[nd - 1], rows, cols); break;
-      case 8: transpose_rows<8>(src + so, ss[nd - 2], dst + dof, ds[nd - 1], rows, cols); break;
+      case 1:
+        transpose_rows<1>(src + so, ss[nd - 2], dst + dof, ds[nd - 1], rows, cols);
+        break;
+      case 2:
+        transpose_rows<2>(src + so, ss[nd - 2], dst + dof, ds[nd - 1], rows, cols);
+        break;
+      case 4:
+        transpose_rows<4>(src + so, ss[nd - 2], dst + dof, ds[nd - 1], rows, cols);
+        break;
+      case 8:
+        transpose_rows<8>(src + so, ss[nd - 2], dst + dof, ds[nd - 1], rows, cols);
+        break;
       default:
         for (int64_t a = 0; a < rows; ++a)
           for (int64_t b = 0; b < cols; ++b)
@@ -210,7 +223,8 @@ std::vector<Piece> plan_pieces(const TensorMeta& t, const Box& target) {
     all_runs = all_runs && p.run;
     pieces.push_back(std::move(p));
   }
-  if (all_runs) std::stable_sort(pieces.begin(), pieces.end(), [](const Piece& a, const Piece& b) { return a.to < b.to; });
+  if (all_runs)
+    std::stable_sort(pieces.begin(), pieces.end(), [](const Piece& a, const Piece& b) { return a.to < b.to; });
   return pieces;
 }
 
@@ -259,8 +273,8 @@ bool chunk_meets(const TensorMeta& t, size_t c, const Box& s) {
 // (the output's coordinates; `s` and `d` hold the same elements in the same order, with a unit
 // dimension `drop` of `s` or `add` of `d` the other lacks, `units` of them from there), inside
 // target box `target`.
-void region_pieces(const TensorMeta& t, const Box& s, const Box& d, int drop, int add, int units, const Box& target, size_t item,
-                   std::vector<Piece>& out) {
+void region_pieces(const TensorMeta& t, const Box& s, const Box& d, int drop, int add, int units, const Box& target,
+                   size_t item, std::vector<Piece>& out) {
   // The big frame: the one with a dimension more, else the saved tensor's. shift takes a box of
   // the saved tensor there (after its unit dimension is added) to the output's (likewise).
   const bool out_frame = add >= 0;
@@ -312,7 +326,8 @@ std::vector<int64_t> swap_last(std::vector<int64_t> v) {
 // into one (`add`) is placed in the frame with the stack's dims: the saved tensor's, or the saved
 // tensor's with the output's stack dims inserted where the part lands on them (the target may span
 // several entries of the stack; they are not among the last two dims, so the swap is the same).
-void transposed_pieces(const TensorMeta& t, const MapPart& part, const Box& target, size_t item, std::vector<Piece>& out) {
+void transposed_pieces(const TensorMeta& t, const MapPart& part, const Box& target, size_t item,
+                       std::vector<Piece>& out) {
   const int units = part.units;
   std::vector<int64_t> from_at = part.from.offsets, from_size = part.from.sizes, to_big = part.to;
   if (part.add >= 0)
@@ -335,15 +350,16 @@ void transposed_pieces(const TensorMeta& t, const MapPart& part, const Box& targ
   const Box s_big = to_saved(in);
   const Box box = to_saved(target);
   const Box s = part.add >= 0 ? without(s_big, part.add, units) : s_big;
-  auto big = [&](const Box& b) {  // a box of the saved tensor in the big frame (the part's place on the output's stack dims)
-    if (part.add < 0) return b;
-    Box o = b;
-    for (int u = 0; u < units; ++u) {
-      o.offsets.insert(o.offsets.begin() + part.add + u, s_big.offsets[static_cast<size_t>(part.add + u)]);
-      o.sizes.insert(o.sizes.begin() + part.add + u, 1);
-    }
-    return o;
-  };
+  auto big =
+      [&](const Box& b) {  // a box of the saved tensor in the big frame (the part's place on the output's stack dims)
+        if (part.add < 0) return b;
+        Box o = b;
+        for (int u = 0; u < units; ++u) {
+          o.offsets.insert(o.offsets.begin() + part.add + u, s_big.offsets[static_cast<size_t>(part.add + u)]);
+          o.sizes.insert(o.sizes.begin() + part.add + u, 1);
+        }
+        return o;
+      };
   for (size_t c = 0; c < t.num_chunks(); ++c) {
     if (!chunk_meets(t, c, s)) continue;
     Box cb = chunk_box(t, c);
@@ -424,6 +440,8 @@ uint64_t chunk_start(const TensorMeta& t, size_t chunk) {
   return first_element(chunk_box(t, chunk), t.shape) * itemsize(*t.dtype);
 }
 
-bool chunk_is_run(const TensorMeta& t, size_t chunk) { return is_run(chunk_box(t, chunk), t.shape); }
+bool chunk_is_run(const TensorMeta& t, size_t chunk) {
+  return is_run(chunk_box(t, chunk), t.shape);
+}
 
 }  // namespace dcpctl

@@ -20,8 +20,8 @@
 #include <string>
 #include <vector>
 
-#include "meta/metadata.h"
 #include "meta/geometry.h"
+#include "meta/metadata.h"
 
 namespace dcpctl {
 
@@ -67,7 +67,7 @@ void place_piece(const Piece& p, const uint8_t* src, const Box& from, uint8_t* d
 // The part of one source chunk inside a target box.
 struct Piece {
   const TensorMeta* source = nullptr;  // the saved tensor the chunk is of
-  uint32_t chunk = 0;  // index of the source chunk in its tensor
+  uint32_t chunk = 0;                  // index of the source chunk in its tensor
   // The chunk and the box are both runs: bytes [from, from + bytes) of the dense chunk land at
   // bytes [to, to + bytes) of the box's dense bytes. Otherwise the region `in` is copied out of the
   // dense chunk (copy_box); from/to/bytes still give the region's size in bytes.

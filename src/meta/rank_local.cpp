@@ -28,7 +28,9 @@ struct RankFile {
   std::string name;
 };
 
-int rank_of_metadata(const std::string& name) { return std::stoi(name.substr(2, name.size() - 2 - 9)); }
+int rank_of_metadata(const std::string& name) {
+  return std::stoi(name.substr(2, name.size() - 2 - 9));
+}
 
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::string s = "[";
@@ -103,9 +105,11 @@ class RankLocalMerge {
     for (auto& g : m.globals)
       if (std::find(out_.globals.begin(), out_.globals.end(), g) == out_.globals.end()) out_.globals.push_back(g);
     for (auto& g : m.unknown_globals)
-      if (std::find(out_.unknown_globals.begin(), out_.unknown_globals.end(), g) == out_.unknown_globals.end()) out_.unknown_globals.push_back(g);
+      if (std::find(out_.unknown_globals.begin(), out_.unknown_globals.end(), g) == out_.unknown_globals.end())
+        out_.unknown_globals.push_back(g);
     for (auto& a : m.extra_attributes)
-      if (std::find(out_.extra_attributes.begin(), out_.extra_attributes.end(), a) == out_.extra_attributes.end()) out_.extra_attributes.push_back(a);
+      if (std::find(out_.extra_attributes.begin(), out_.extra_attributes.end(), a) == out_.extra_attributes.end())
+        out_.extra_attributes.push_back(a);
     for (auto& p : m.problems) out_.problems.push_back(std::move(p));
     for (auto& [k, v] : m.planner_data) out_.planner_data.emplace(k, std::move(v));
   }
@@ -116,7 +120,8 @@ class RankLocalMerge {
     auto [it, added] = file_index_.emplace(m.files[r.file], static_cast<uint32_t>(out_.files.size()));
     if (added) out_.files.push_back(m.files[r.file]);
     r.file = it->second;
-    auto [tt, tadded] = transform_index_.emplace(m.transform_sets[r.transforms], static_cast<uint32_t>(out_.transform_sets.size()));
+    auto [tt, tadded] =
+        transform_index_.emplace(m.transform_sets[r.transforms], static_cast<uint32_t>(out_.transform_sets.size()));
     if (tadded && out_.transform_sets.size() >= StorageRef::kMaxTransformSets)
       throw UnsupportedError(Where(m.source), "more than " + std::to_string(StorageRef::kMaxTransformSets - 1) +
                                                   " distinct sets of transform descriptors over the ranks");
@@ -169,11 +174,11 @@ class RankLocalMerge {
     for (int r = 0; r <= top; ++r) {
       if (have.count(r)) continue;
       std::string name = "__" + std::to_string(r) + ".metadata";
-      ck_.incomplete.push_back({"missing-rank-metadata", Where(join_path(dir_, name)),
-                                with_data.count(r) ? "missing, although rank " + std::to_string(r) +
-                                                         " left data files: its save did not finish"
-                                                   : "missing, although higher ranks wrote theirs: rank " + std::to_string(r) +
-                                                         "'s save did not finish"});
+      ck_.incomplete.push_back(
+          {"missing-rank-metadata", Where(join_path(dir_, name)),
+           with_data.count(r)
+               ? "missing, although rank " + std::to_string(r) + " left data files: its save did not finish"
+               : "missing, although higher ranks wrote theirs: rank " + std::to_string(r) + "'s save did not finish"});
     }
   }
 

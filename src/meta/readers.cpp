@@ -15,7 +15,9 @@ namespace dcpctl {
 
 using meta_detail::ends_with;
 
-bool Probe::exists(const std::string& name) const { return path_exists(join_path(path, name)); }
+bool Probe::exists(const std::string& name) const {
+  return path_exists(join_path(path, name));
+}
 
 const std::vector<std::string>& Probe::names() const {
   if (!names_) names_ = list_dir(path);
@@ -31,14 +33,22 @@ std::vector<std::string> Probe::ending(const std::string& suffix) const {
 
 namespace {
 
-bool is_rank_metadata(const std::string& n) { return std::regex_match(n, std::regex(R"(__\d+\.metadata)")); }
+bool is_rank_metadata(const std::string& n) {
+  return std::regex_match(n, std::regex(R"(__\d+\.metadata)"));
+}
 
 // --- dcp: `.metadata` (or its bytes, received from another rank) -------------------------------
-bool detect_dcp(const Probe& p) { return p.directory && (p.metadata || p.exists(".metadata")); }
-Checkpoint open_dcp_row(const Probe& p) { return meta_detail::open_dcp(p.path, p.metadata); }
+bool detect_dcp(const Probe& p) {
+  return p.directory && (p.metadata || p.exists(".metadata"));
+}
+Checkpoint open_dcp_row(const Probe& p) {
+  return meta_detail::open_dcp(p.path, p.metadata);
+}
 
 // --- torch-save: a torch.save file, or transformers' directory of them (diff and stats) --------
-bool is_torch_file_name(const std::string& n) { return ends_with(n, ".pt") || ends_with(n, ".pth") || ends_with(n, ".bin"); }
+bool is_torch_file_name(const std::string& n) {
+  return ends_with(n, ".pt") || ends_with(n, ".pth") || ends_with(n, ".bin");
+}
 bool detect_torch_save(const Probe& p) {
   if (!p.directory) return is_torch_file_name(p.path);
   // transformers prefers safetensors, as we do; a `.metadata` makes it DCP.
@@ -60,7 +70,8 @@ Checkpoint open_rank_local_row(const Probe& p) {
 
 // --- torch-save-ranks: verl's model_world_size_W_rank_R.pt -------------------------------------
 bool detect_torch_save_ranks(const Probe& p) {
-  return p.directory && std::any_of(p.names().begin(), p.names().end(), [](const std::string& n) { return rank_torch_file(n).has_value(); });
+  return p.directory && std::any_of(p.names().begin(), p.names().end(),
+                                    [](const std::string& n) { return rank_torch_file(n).has_value(); });
 }
 
 // --- torch-checkpointing: metadata.pkl, or <item>_<rank>.pt files with a rank 0 --------------
@@ -99,8 +110,8 @@ void refuse_local_shards(const Probe& p, const std::vector<std::string>& names, 
     ranks.insert(std::stoi(m[2].str()));
   }
   const size_t n = names.size();
-  if (ck.layout != CheckpointLayout::HfSafetensors || n < 2 || ranks.size() != n || *ranks.rbegin() != static_cast<int>(n) - 1 ||
-      ck.md.tensors.empty())
+  if (ck.layout != CheckpointLayout::HfSafetensors || n < 2 || ranks.size() != n ||
+      *ranks.rbegin() != static_cast<int>(n) - 1 || ck.md.tensors.empty())
     return;
   // A key in two files: a model's shards never repeat one (verify reports it); local shards do
   // (every rank writes every key; one a rank holds nothing of may be left out).
@@ -111,13 +122,14 @@ void refuse_local_shards(const Probe& p, const std::vector<std::string>& names, 
     if (files.size() >= 2) ++repeated;
   }
   if (repeated == 0) return;
-  throw UnsupportedError(Where(p.path),
-                         "not a Hugging Face model: " + stem + "_0.safetensors .. " + stem + "_" + std::to_string(n - 1) +
-                             ".safetensors repeat " + std::to_string(repeated) + " of their " + std::to_string(ck.md.tensors.size()) +
-                             " keys, each rank's local shard without offsets (torch_checkpointing's SafetensorsSerialization "
-                             "layout writes <item>_{rank}.safetensors so); the global shapes and slices are in its metadata.pkl, " +
-                             (p.exists("metadata.pkl") ? std::string("which is beside them") : std::string("which is not here")) +
-                             ": without it the local shards cannot be placed (with it, dcpctl reads the folder as torch_checkpointing)");
+  throw UnsupportedError(
+      Where(p.path),
+      "not a Hugging Face model: " + stem + "_0.safetensors .. " + stem + "_" + std::to_string(n - 1) +
+          ".safetensors repeat " + std::to_string(repeated) + " of their " + std::to_string(ck.md.tensors.size()) +
+          " keys, each rank's local shard without offsets (torch_checkpointing's SafetensorsSerialization "
+          "layout writes <item>_{rank}.safetensors so); the global shapes and slices are in its metadata.pkl, " +
+          (p.exists("metadata.pkl") ? std::string("which is beside them") : std::string("which is not here")) +
+          ": without it the local shards cannot be placed (with it, dcpctl reads the folder as torch_checkpointing)");
 }
 
 bool detect_safetensors(const Probe& p) {
@@ -143,7 +155,9 @@ Checkpoint open_safetensors_row(const Probe& p) {
 }
 
 // --- gguf: one llama.cpp model file (the GGUF module installs its reader) ------------------
-bool detect_gguf(const Probe& p) { return !p.directory && ends_with(p.path, ".gguf"); }
+bool detect_gguf(const Probe& p) {
+  return !p.directory && ends_with(p.path, ".gguf");
+}
 
 std::vector<LayoutReader>& table() {
   static std::vector<LayoutReader> rows = {
@@ -156,22 +170,27 @@ std::vector<LayoutReader>& table() {
       {CheckpointLayout::TorchSave, "torch-save", "torch.save file of a state_dict (.pt/.bin)",
        "every file the index names is present and holds the keys the index gives it", detect_torch_save, nullptr,
        /*compare_only=*/true},
-      {CheckpointLayout::DcpRankLocal, "dcp-rank-local", "DCP with rank-local metadata (__R.metadata, use_collectives=False)",
+      {CheckpointLayout::DcpRankLocal, "dcp-rank-local",
+       "DCP with rank-local metadata (__R.metadata, use_collectives=False)",
        "every rank that left data files has its __R.metadata, the ranks agree, and the chunks tile every tensor",
        detect_rank_local, open_rank_local_row},
       {CheckpointLayout::TorchSaveRanks, "torch-save-ranks", "per-rank torch.save files of DTensor shards (verl FSDP)",
        "every rank 0..W-1 has its file, every file holds the same keys, and copies of a box are equal",
        detect_torch_save_ranks, nullptr},
       {CheckpointLayout::TorchCheckpointing, "torch-checkpointing",
-       "torch_checkpointing (DCPv2) items: <item>_<rank>.pt per rank (+ metadata.pkl; safetensors local shards placed by it)",
-       "every rank 0..W-1 (metadata.pkl's world size) has its file of every item, the files agree with metadata.pkl, and the pieces "
+       "torch_checkpointing (DCPv2) items: <item>_<rank>.pt per rank (+ metadata.pkl; safetensors local shards placed "
+       "by it)",
+       "every rank 0..W-1 (metadata.pkl's world size) has its file of every item, the files agree with metadata.pkl, "
+       "and the pieces "
        "tile every tensor",
        detect_torch_checkpointing, nullptr},
       {CheckpointLayout::HfSafetensors, "hf-safetensors", "Hugging Face safetensors (consolidated)",
        "every file the index (or the model-i-of-N names) promises is present and holds its keys", detect_safetensors,
        open_safetensors_row},
-      {CheckpointLayout::HfDcpShards, "hf-dcp", "HF-mode DCP (HuggingFaceStorageWriter safetensors with DCP_SHARDING_INFO)",
-       "no shard below the highest present is missing, and the chunks tile every tensor (a missing last rank cannot be seen)",
+      {CheckpointLayout::HfDcpShards, "hf-dcp",
+       "HF-mode DCP (HuggingFaceStorageWriter safetensors with DCP_SHARDING_INFO)",
+       "no shard below the highest present is missing, and the chunks tile every tensor (a missing last rank cannot be "
+       "seen)",
        nullptr, nullptr},
       {CheckpointLayout::Gguf, "gguf", "GGUF file (llama.cpp's model file, versions 2 and 3)",
        "the header parses as llama.cpp's reader parses it, every tensor's data sits where llama.cpp expects it "
@@ -185,7 +204,9 @@ std::vector<LayoutReader>& table() {
 
 }  // namespace
 
-const std::vector<LayoutReader>& layout_readers() { return table(); }
+const std::vector<LayoutReader>& layout_readers() {
+  return table();
+}
 
 const LayoutReader& layout_reader(CheckpointLayout l) {
   for (const auto& r : table())

@@ -48,7 +48,8 @@ enum class CheckpointLayout {
   HfSafetensors,        // plain Hugging Face safetensors (consolidated) or one .safetensors file
   TorchSave,            // one torch.save file of a state_dict (item/torch_file.h; diff and stats)
   TorchSaveRanks,       // model_world_size_W_rank_R.pt: one torch.save of DTensor shards per rank (verl)
-  TorchCheckpointing,   // torch_checkpointing ("DCPv2"): <item>_<rank>.pt (+ metadata.pkl) (item/torch_checkpointing.cpp)
+  TorchCheckpointing,   // torch_checkpointing ("DCPv2"): <item>_<rank>.pt (+ metadata.pkl)
+                        // (item/torch_checkpointing.cpp)
   Gguf,                 // one GGUF file, llama.cpp's (the GGUF module, src/gguf/)
 };
 
@@ -57,9 +58,9 @@ enum class CheckpointLayout {
 struct Probe {
   std::string path;
   bool directory = false;
-  bool compare = false;                          // the caller reads for diff or stats (OpenOptions)
+  bool compare = false;                            // the caller reads for diff or stats (OpenOptions)
   const std::vector<uint8_t>* metadata = nullptr;  // `.metadata`'s bytes, received from another rank
-  bool exists(const std::string& name) const;    // path/name exists
+  bool exists(const std::string& name) const;      // path/name exists
   const std::vector<std::string>& names() const;
   std::vector<std::string> ending(const std::string& suffix) const;  // the names ending so
 

@@ -30,8 +30,9 @@ bool holds_checkpoint_files(const std::string& dir) {
   probe.directory = true;
   if (layout_reader(CheckpointLayout::TorchCheckpointing).detect(probe)) return true;
   for (const auto& n : probe.names()) {
-    if (n == ".metadata" || n == "model.safetensors.index.json" || ends_with(n, ".distcp") || ends_with(n, ".safetensors") ||
-        (n.size() > 11 && n.compare(0, 2, "__") == 0 && ends_with(n, ".metadata")) || rank_torch_file(n))
+    if (n == ".metadata" || n == "model.safetensors.index.json" || ends_with(n, ".distcp") ||
+        ends_with(n, ".safetensors") || (n.size() > 11 && n.compare(0, 2, "__") == 0 && ends_with(n, ".metadata")) ||
+        rank_torch_file(n))
       return true;
     if (n == "sharded" && is_directory(join_path(dir, n)))
       for (const auto& m : list_dir(join_path(dir, n)))
@@ -71,8 +72,9 @@ std::optional<StepFolder> step_folder(const std::string& dir) {
     sf.model = fsdp;
     sf.trainer = "transformers";
     if (!has("trainer_state.json"))
-      sf.unfinished = "no trainer_state.json beside pytorch_model_fsdp_0/: the Trainer writes it after the model and "
-                      "optimizer, so this save did not finish";
+      sf.unfinished =
+          "no trainer_state.json beside pytorch_model_fsdp_0/: the Trainer writes it after the model and "
+          "optimizer, so this save did not finish";
     sf.asset_dirs = {dir, parent_path(dir)};
     return sf;
   }
@@ -96,16 +98,19 @@ std::optional<StepFolder> step_folder(const std::string& dir) {
     // dataloader/), whose rank 0 writes CHECKPOINT_COMPLETE once every rank has saved.
     sf.trainer = "llamafactory";
     if (!has("CHECKPOINT_COMPLETE"))
-      sf.unfinished = "no CHECKPOINT_COMPLETE marker: LLaMA-Factory writes it once every rank has saved, so this save "
-                      "is in flight or died";
+      sf.unfinished =
+          "no CHECKPOINT_COMPLETE marker: LLaMA-Factory writes it once every rank has saved, so this save "
+          "is in flight or died";
     sf.asset_dirs = {join_path(dir, "hf_model"), dir, parent_path(dir)};
-  } else if (has(".incomplete") || is_directory(join_path(dir, "optim")) || std::regex_match(base_name(dir), kAutoModelName)) {
+  } else if (has(".incomplete") || is_directory(join_path(dir, "optim")) ||
+             std::regex_match(base_name(dir), kAutoModelName)) {
     // NeMo AutoModel (epoch_E_step_S/: model/, optim/, ...): .incomplete from the start of a save
     // until it is published.
     sf.trainer = "nemo-automodel";
     if (has(".incomplete"))
-      sf.unfinished = ".incomplete is there: NeMo AutoModel removes it once the save is published, so this save is in "
-                      "flight or died";
+      sf.unfinished =
+          ".incomplete is there: NeMo AutoModel removes it once the save is published, so this save is in "
+          "flight or died";
     sf.asset_dirs = {join_path(model, "consolidated"), join_path(model, ".hf_metadata"), dir, parent_path(dir)};
   } else {
     sf.asset_dirs = {dir};
@@ -135,7 +140,8 @@ bool optimizer_key(const std::string& key) {
   while (start <= key.size()) {
     size_t dot = key.find('.', start);
     std::string part = key.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
-    if (part.rfind("optim", 0) == 0 || part == "exp_avg" || part == "exp_avg_sq" || part == "momentum_buffer") return true;
+    if (part.rfind("optim", 0) == 0 || part == "exp_avg" || part == "exp_avg_sq" || part == "momentum_buffer")
+      return true;
     if (dot == std::string::npos) break;
     start = dot + 1;
   }
@@ -240,14 +246,16 @@ void read_tracker(RunFolder& rf, const std::string& dir) {
   if (!rf.megatron_tracker) return;
   std::optional<uint64_t> last;
   const std::string& t = *rf.megatron_tracker;
-  if (!t.empty() && t.size() <= 18 && std::all_of(t.begin(), t.end(), [](char c) { return isdigit(static_cast<unsigned char>(c)); }))
+  if (!t.empty() && t.size() <= 18 &&
+      std::all_of(t.begin(), t.end(), [](char c) { return isdigit(static_cast<unsigned char>(c)); }))
     last = std::stoull(t);
   for (auto& e : rf.entries) {
     bool megatron = e.name.rfind("iter_", 0) == 0, verl = e.name.rfind("global_step_", 0) == 0;
     if ((!megatron && !verl) || e.order.size() != 1) continue;
     e.trainer = megatron ? "megatron" : "verl";
     if (last && e.order[0] > *last && e.step_unfinished.empty())
-      e.step_unfinished = "newer than latest_checkpointed_iteration.txt (" + t + "): " + (megatron ? "Megatron" : "verl") +
+      e.step_unfinished = "newer than latest_checkpointed_iteration.txt (" + t +
+                          "): " + (megatron ? "Megatron" : "verl") +
                           " writes the tracker after a save finishes, so this one is in flight or died";
   }
 }
@@ -263,7 +271,8 @@ void read_pointers(RunFolder& rf, const std::string& dir) {
       if (n > 0) target = std::string(buf, static_cast<size_t>(n));
     }
     if (!target) target = small_text(link + ".txt");
-    if (target && !target->empty()) rf.pointers[name] = (*target)[0] == '/' || is_remote_path(*target) ? *target : join_path(dir, *target);
+    if (target && !target->empty())
+      rf.pointers[name] = (*target)[0] == '/' || is_remote_path(*target) ? *target : join_path(dir, *target);
   }
 }
 
@@ -272,11 +281,11 @@ void judge_one(RunEntry& e) {
   if (e.in_flight_name && e.complete) {  // named as a save in flight: never the one to use
     e.complete = false;
     e.problems = 1;
-    e.why_incomplete = e.name.rfind("tmp_", 0) == 0
-                           ? "its name marks a save in flight: torch_checkpointing writes " + e.name +
-                                 "/ and renames it to " + e.name.substr(4) + "/ once every rank has written, so this save "
-                                 "is in flight or was killed before its commit"
-                           : "its name marks a save in flight";
+    e.why_incomplete = e.name.rfind("tmp_", 0) == 0 ? "its name marks a save in flight: torch_checkpointing writes " +
+                                                          e.name + "/ and renames it to " + e.name.substr(4) +
+                                                          "/ once every rank has written, so this save "
+                                                          "is in flight or was killed before its commit"
+                                                    : "its name marks a save in flight";
   }
 }
 
@@ -333,7 +342,8 @@ std::optional<std::string> run_folder_refusal(const std::string& dir) {
   }
   const RunEntry* newest = rf->newest_complete();
   return "is a run folder (" + names + "); " +
-         (newest ? "the newest complete checkpoint is " + newest->path : std::string("none of its checkpoints is complete")) +
+         (newest ? "the newest complete checkpoint is " + newest->path
+                 : std::string("none of its checkpoints is complete")) +
          " (dcpctl ls lists them; dcpctl latest prints the newest complete one)";
 }
 

@@ -17,9 +17,9 @@
 // trainer says the save did not finish is incomplete whatever its model files say. Megatron's
 // `latest_checkpointed_iteration.txt` names the last finished `iter_N/`: a newer one is in
 // flight or died; verl writes the same tracker for its `global_step_N/` folders (the model's
-// per-rank files in `actor/`, its config and tokenizer in `actor/huggingface/`). Lightning's `epoch=E-step=S.ckpt/` folders are checkpoints (DCP + meta.pt);
-// `tmp-checkpoint-N` (transformers' staging name) is a save in flight. torch_checkpointing's
-// CheckpointManager saves to the path it is given (torchtitan: `step-N/`) by writing
+// per-rank files in `actor/`, its config and tokenizer in `actor/huggingface/`). Lightning's `epoch=E-step=S.ckpt/`
+// folders are checkpoints (DCP + meta.pt); `tmp-checkpoint-N` (transformers' staging name) is a save in flight.
+// torch_checkpointing's CheckpointManager saves to the path it is given (torchtitan: `step-N/`) by writing
 // `tmp_<name>/` and renaming it (its only commit: no marker), so `tmp_<name>/` is a save in flight
 // (or one killed before its rename) however complete its files look; it has no keep-latest.
 //
@@ -54,10 +54,10 @@ struct StepFolder {
 std::optional<StepFolder> step_folder(const std::string& dir);
 
 struct RunEntry {
-  std::string name;  // the subfolder's name
-  std::string path;  // folder/name
-  std::string model_path;  // the model checkpoint: path, or its trainer's subfolder (StepFolder)
-  std::string trainer;     // who wrote it, when told by its files ("" otherwise)
+  std::string name;             // the subfolder's name
+  std::string path;             // folder/name
+  std::string model_path;       // the model checkpoint: path, or its trainer's subfolder (StepFolder)
+  std::string trainer;          // who wrote it, when told by its files ("" otherwise)
   std::optional<int64_t> step;  // the name's number; nullopt when it holds several (a timestamp)
   std::vector<uint64_t> order;  // every number in the name: checkpoints sort by these, in turn
   bool in_flight_name = false;  // .tmp / .partial / ... marker
@@ -65,13 +65,13 @@ struct RunEntry {
   bool symlink = false;         // the subfolder is a symbolic link
   std::optional<CheckpointLayout> layout;
   bool complete = false;
-  std::string why_incomplete;   // the first problem, when not complete
+  std::string why_incomplete;  // the first problem, when not complete
   size_t problems = 0;
-  uint64_t bytes = 0;           // every regular file below it
+  uint64_t bytes = 0;  // every regular file below it
   uint64_t tensors = 0;
   std::map<std::string, uint64_t> dtypes;  // dtype -> tensors
-  bool optimizer = false;       // holds optimizer state (keys under optim*/optimizer)
-  int64_t mtime = 0;            // newest modification time of its files (seconds since epoch)
+  bool optimizer = false;                  // holds optimizer state (keys under optim*/optimizer)
+  int64_t mtime = 0;                       // newest modification time of its files (seconds since epoch)
   // What judging it cost (all zero when it was not judged).
   bool judged = false;
   uint64_t metadata_bytes = 0;  // metadata read and parsed (.metadata, __R.metadata, headers)
@@ -81,8 +81,8 @@ struct RunEntry {
 
 struct RunFolder {
   std::string dir;
-  double seconds = 0;  // listing and judging, all of it
-  std::vector<RunEntry> entries;  // by the numbers in their names, then name
+  double seconds = 0;                        // listing and judging, all of it
+  std::vector<RunEntry> entries;             // by the numbers in their names, then name
   std::vector<std::string> prune_leftovers;  // .dcpctl-prune-* left by an interrupted prune
   // latest_checkpointed_iteration.txt (Megatron's, and verl's): what it says ("release" or a
   // number), when there. Named for Megatron in --json since it came first.
@@ -98,9 +98,9 @@ bool holds_checkpoint_files(const std::string& dir);
 
 // Which entries scan_run_folder opens and checks.
 enum class Judge {
-  None,           // list only (complete stays false)
-  All,            // every entry (ls, prune)
-  NewestComplete, // newest first, until one is complete (latest; what is older stays unjudged)
+  None,            // list only (complete stays false)
+  All,             // every entry (ls, prune)
+  NewestComplete,  // newest first, until one is complete (latest; what is older stays unjudged)
 };
 
 // The checkpoints inside `dir`; nullopt when `dir` is a checkpoint itself or holds none.

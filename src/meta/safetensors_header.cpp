@@ -159,8 +159,7 @@ SafetensorsHeader parse_json(std::string_view text, uint64_t base, uint64_t data
                                ") run outside the data section (" + std::to_string(data_bytes) + " bytes)");
     uint64_t numel = 1;
     for (int64_t d : e.shape) {
-      if (d != 0 && numel > UINT64_MAX / static_cast<uint64_t>(d))
-        throw FormatError(w, "safetensors shape overflows");
+      if (d != 0 && numel > UINT64_MAX / static_cast<uint64_t>(d)) throw FormatError(w, "safetensors shape overflows");
       numel *= static_cast<uint64_t>(d);
     }
     auto dt = dtype_from_safetensors_name(e.dtype_name);
@@ -168,17 +167,20 @@ SafetensorsHeader parse_json(std::string_view text, uint64_t base, uint64_t data
       // F4 counts 4-bit elements; torch's float4_e2m1fn_x2 counts the bytes that pack two, so
       // its last dimension is half the file's (as safetensors' own torch loader reads it).
       if (e.shape.empty() || e.shape.back() % 2)
-        throw FormatError(w, std::string("safetensors F4 entry ") + (e.shape.empty() ? "of no dimension" : "whose last dimension is " + std::to_string(e.shape.back())) +
-                                 ": it must be even (two 4-bit values a byte)");
+        throw FormatError(
+            w, std::string("safetensors F4 entry ") +
+                   (e.shape.empty() ? "of no dimension" : "whose last dimension is " + std::to_string(e.shape.back())) +
+                   ": it must be even (two 4-bit values a byte)");
       if (numel / 2 != e.end - e.begin)
-        throw FormatError(w, "safetensors entry holds " + std::to_string(e.end - e.begin) + " bytes but F4 of its shape needs " +
-                                 std::to_string(numel / 2));
+        throw FormatError(w, "safetensors entry holds " + std::to_string(e.end - e.begin) +
+                                 " bytes but F4 of its shape needs " + std::to_string(numel / 2));
       e.shape.back() /= 2;
     } else if (dt) {
       uint64_t item = itemsize(*dt);
       if (numel > UINT64_MAX / item || numel * item != e.end - e.begin)
-        throw FormatError(w, "safetensors entry holds " + std::to_string(e.end - e.begin) + " bytes but " + e.dtype_name +
-                                 " of its shape needs " + (numel > UINT64_MAX / item ? std::string("more") : std::to_string(numel * item)));
+        throw FormatError(w, "safetensors entry holds " + std::to_string(e.end - e.begin) + " bytes but " +
+                                 e.dtype_name + " of its shape needs " +
+                                 (numel > UINT64_MAX / item ? std::string("more") : std::to_string(numel * item)));
     }
   }
   for (auto& e : h.tensors) e.dtype = dtype_from_safetensors_name(e.dtype_name);
@@ -205,13 +207,16 @@ SafetensorsEntries decode_safetensors_json(std::string_view text, bool lenient) 
 std::string read_safetensors_header_text(const ReadFile& file, uint64_t base, uint64_t& limit) {
   Where where(file.path(), base);
   if (base > file.size() || limit > file.size() - base) limit = base > file.size() ? 0 : file.size() - base;
-  if (limit < 8) throw FormatError(where, "safetensors header: " + std::to_string(limit) + " bytes, too short for its length field");
+  if (limit < 8)
+    throw FormatError(where, "safetensors header: " + std::to_string(limit) + " bytes, too short for its length field");
   uint8_t len[8];
   file.read_at(base, len, 8);
   uint64_t n = header_length(len);
-  if (n > kMaxSafetensorsHeader) throw FormatError(where, "safetensors header claims " + std::to_string(n) + " bytes (the format's cap is 100 MB)");
+  if (n > kMaxSafetensorsHeader)
+    throw FormatError(where, "safetensors header claims " + std::to_string(n) + " bytes (the format's cap is 100 MB)");
   if (n > limit - 8)
-    throw FormatError(where, "safetensors header of " + std::to_string(n) + " bytes runs past the end (" + std::to_string(limit - 8) + " bytes follow)");
+    throw FormatError(where, "safetensors header of " + std::to_string(n) + " bytes runs past the end (" +
+                                 std::to_string(limit - 8) + " bytes follow)");
   std::string text(static_cast<size_t>(n), '\0');
   file.read_at(base + 8, text.data(), text.size());
   return text;
@@ -239,10 +244,12 @@ std::map<std::string, std::vector<int64_t>> dcp_sharding_info(const SafetensorsH
   if (j.is_discarded() || !j.is_object()) throw FormatError(where, "not a JSON object");
   for (const auto& [key, v] : j.items()) {
     const json* offs = v.is_object() && v.contains("saved_offsets") ? &v["saved_offsets"] : nullptr;
-    if (!offs || !offs->is_array()) throw FormatError(Where(source, 8, key), "DCP_SHARDING_INFO entry lacks saved_offsets");
+    if (!offs || !offs->is_array())
+      throw FormatError(Where(source, 8, key), "DCP_SHARDING_INFO entry lacks saved_offsets");
     std::vector<int64_t> o;
     for (const auto& x : *offs) {
-      if (!x.is_number_integer() || x.get<int64_t>() < 0) throw FormatError(Where(source, 8, key), "DCP_SHARDING_INFO saved_offsets holds a non-index");
+      if (!x.is_number_integer() || x.get<int64_t>() < 0)
+        throw FormatError(Where(source, 8, key), "DCP_SHARDING_INFO saved_offsets holds a non-index");
       o.push_back(x.get<int64_t>());
     }
     out[key] = std::move(o);

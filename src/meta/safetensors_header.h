@@ -24,9 +24,9 @@
 #include <string_view>
 #include <vector>
 
+#include "store/file.h"
 #include "util/dtype.h"
 #include "util/error.h"
-#include "store/file.h"
 
 namespace dcpctl {
 
@@ -39,10 +39,10 @@ struct SafetensorsTensorInfo {
 };
 
 struct SafetensorsHeader {
-  uint64_t header_bytes = 0;   // N
-  uint64_t data_start = 0;     // absolute offset of the data section in the file
-  uint64_t data_bytes = 0;     // what the input holds after the header
-  std::vector<SafetensorsTensorInfo> tensors;  // in header order
+  uint64_t header_bytes = 0;                    // N
+  uint64_t data_start = 0;                      // absolute offset of the data section in the file
+  uint64_t data_bytes = 0;                      // what the input holds after the header
+  std::vector<SafetensorsTensorInfo> tensors;   // in header order
   std::map<std::string, std::string> metadata;  // __metadata__ (string values only)
   const SafetensorsTensorInfo* find(const std::string& key) const;
 };

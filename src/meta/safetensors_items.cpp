@@ -33,7 +33,8 @@ void resolve_safetensors_items(Checkpoint& ck) {
   std::vector<uint64_t> first(md.files.size(), UINT64_MAX);
   for (const auto& t : md.tensors)
     for (const auto& r : t.storage)
-      if (r.present() && r.transforms == 0 && r.format == ItemFormat::TorchSave) first[r.file] = std::min(first[r.file], r.offset);
+      if (r.present() && r.transforms == 0 && r.format == ItemFormat::TorchSave)
+        first[r.file] = std::min(first[r.file], r.offset);
 
   std::vector<std::optional<SafetensorsHeader>> headers(md.files.size());
   bool any = false;
@@ -81,12 +82,13 @@ void resolve_safetensors_items(Checkpoint& ck) {
         why = "the safetensors blob holds shape " + dims_text(e->shape.data(), e->shape.size()) + " but chunk " +
               std::to_string(c) + " is " + dims_text(t.chunk_sizes(c), t.ndim());
       } else if (auto s = sharding[r.file].find(t.fqn);
-                 s != sharding[r.file].end() &&
-                 (s->second.size() != t.ndim() || !std::equal(s->second.begin(), s->second.end(), t.chunk_offsets(c)))) {
+                 s != sharding[r.file].end() && (s->second.size() != t.ndim() ||
+                                                 !std::equal(s->second.begin(), s->second.end(), t.chunk_offsets(c)))) {
         why = "DCP_SHARDING_INFO gives offsets " + dims_text(s->second.data(), s->second.size()) + " but chunk " +
               std::to_string(c) + " is at " + dims_text(t.chunk_offsets(c), t.ndim());
       } else if (e->end - e->begin != r.length) {
-        why = "the safetensors blob holds " + std::to_string(e->end - e->begin) + " bytes but .metadata says " + std::to_string(r.length);
+        why = "the safetensors blob holds " + std::to_string(e->end - e->begin) + " bytes but .metadata says " +
+              std::to_string(r.length);
       }
       if (!why.empty()) {
         md.problems.push_back({"safetensors-item-mismatch", where, why});

@@ -13,7 +13,9 @@ bool glob_any(const std::vector<std::string>& globs, const std::string& a, const
   return false;
 }
 
-std::string elem_text(const PathElem& e) { return e.is_index ? std::to_string(e.index) : e.key; }
+std::string elem_text(const PathElem& e) {
+  return e.is_index ? std::to_string(e.index) : e.key;
+}
 
 // The path of `key` with the selected prefix removed. When the prefix ends on a path-element
 // boundary the remaining elements keep their nesting; otherwise the rest is one flat element.
@@ -42,7 +44,8 @@ std::vector<PathElem> strip_path(const Metadata& md, const std::string& key, con
 bool selected_key(const Selection& sel, const std::string& key, std::string& out_key) {
   out_key = key;
   if (!sel.prefix.empty()) {
-    if (key.size() <= sel.prefix.size() || key.compare(0, sel.prefix.size(), sel.prefix) != 0 || key[sel.prefix.size()] != '.')
+    if (key.size() <= sel.prefix.size() || key.compare(0, sel.prefix.size(), sel.prefix) != 0 ||
+        key[sel.prefix.size()] != '.')
       return false;
     out_key = key.substr(sel.prefix.size() + 1);
   }
@@ -80,7 +83,8 @@ std::vector<SelectedItem> select_items(const Metadata& md, const Selection& sel)
     std::string what = sel.prefix.empty() ? "" : "--select " + sel.prefix;
     for (const auto& g : sel.include) what += (what.empty() ? "" : " ") + std::string("--include ") + g;
     for (const auto& g : sel.exclude) what += (what.empty() ? "" : " ") + std::string("--exclude ") + g;
-    throw UsageError(Where(md.source), "nothing selected" + (what.empty() ? std::string(" (empty checkpoint)") : " by " + what) +
+    throw UsageError(Where(md.source), "nothing selected" +
+                                           (what.empty() ? std::string(" (empty checkpoint)") : " by " + what) +
                                            "; see the keys with `dcpctl inspect --flat`");
   }
   return out;

@@ -22,8 +22,8 @@ struct Selection {
 
 struct SelectedItem {
   bool tensor = true;
-  uint32_t index = 0;        // into Metadata::tensors or ::bytes
-  std::string key;           // output key (flat, prefix stripped)
+  uint32_t index = 0;          // into Metadata::tensors or ::bytes
+  std::string key;             // output key (flat, prefix stripped)
   std::vector<PathElem> path;  // output nesting (planner_data path, prefix stripped)
 };
 

@@ -58,8 +58,8 @@ std::vector<std::vector<Window>> file_windows(const Checkpoint& ck, WindowReport
 // A file's windows (sorted) as units: those inside one CRC-watched record (`recs`: offset ->
 // size) together, the others one per distinct window, sorted. A window past the file's end
 // (`size` bytes) is a problem.
-std::vector<Unit> units_of(const std::vector<Window>& ws, const std::map<uint64_t, uint64_t>& recs, const std::string& path,
-                           uint64_t size, WindowReport& out) {
+std::vector<Unit> units_of(const std::vector<Window>& ws, const std::map<uint64_t, uint64_t>& recs,
+                           const std::string& path, uint64_t size, WindowReport& out) {
   std::map<uint64_t, Unit> in_records;  // by record offset
   std::vector<Unit> units;
   for (const Window& w : ws) {
@@ -78,8 +78,7 @@ std::vector<Unit> units_of(const std::vector<Window>& ws, const std::map<uint64_
         continue;
       }
     }
-    if (!units.empty() && !units.back().record && units.back().offset == w.offset &&
-        units.back().length == w.length) {
+    if (!units.empty() && !units.back().record && units.back().offset == w.offset && units.back().length == w.length) {
       units.back().windows.push_back(&w);  // (sorted: the same window as the one before)
       continue;
     }
@@ -93,7 +92,8 @@ std::vector<Unit> units_of(const std::vector<Window>& ws, const std::map<uint64_
 
 // File f's units in order: one that starts inside another is an overlap; one several keys name is
 // shared.
-void judge_units(const std::vector<Unit>& units, size_t f, const std::string& path, WindowReport& out, SharedByKeys& shared) {
+void judge_units(const std::vector<Unit>& units, size_t f, const std::string& path, WindowReport& out,
+                 SharedByKeys& shared) {
   const Unit* reach = nullptr;  // the unit reaching furthest so far
   for (const Unit& u : units) {
     if (reach && u.offset < reach->end()) {

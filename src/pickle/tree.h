@@ -23,7 +23,8 @@ class BlockArena {
   // data.pkl, parsed once per chunk read) then costs a few KiB, not a full block to allocate and
   // initialize (128 KiB of values: most of a 512,000-item reshard's CPU time once).
   static constexpr size_t kFirstBlock = 64;
-  explicit BlockArena(size_t block_elems) : block_elems_(block_elems), next_elems_(std::min(kFirstBlock, block_elems)) {}
+  explicit BlockArena(size_t block_elems)
+      : block_elems_(block_elems), next_elems_(std::min(kFirstBlock, block_elems)) {}
   T* alloc(size_t n) {
     if (n > left_) {
       size_t sz = n > next_elems_ ? n : next_elems_;

@@ -65,7 +65,7 @@ struct Value {
   uint64_t bits = 0;   // inline payload or a pointer into the owning Tree's arenas
 
   static constexpr uint8_t kBoxed = 1;
-  static constexpr uint8_t kMemo = 2;  // also held by a memo entry that is read back (or DUP'd)
+  static constexpr uint8_t kMemo = 2;     // also held by a memo entry that is read back (or DUP'd)
   static constexpr uint8_t kOrdered = 4;  // a Dict made by collections.OrderedDict() (re-pickled as one)
 
   bool is(Kind k) const { return kind == k; }
@@ -108,7 +108,9 @@ inline Items Value::items() const {
   return {reinterpret_cast<const Value*>(bits), len};
 }
 
-inline uint64_t Value::dict_size() const { return items().size() / 2; }
+inline uint64_t Value::dict_size() const {
+  return items().size() / 2;
+}
 
 struct ObjectNode {
   Value callable;  // a Global (or, in odd pickles, anything)

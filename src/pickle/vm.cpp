@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <array>
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -21,8 +21,8 @@ struct Arg {
   uint64_t u = 0;
   double f = 0;
   std::string_view s, s2;
-  bool is_bool = false;   // protocol-0 INT spelled 00/01
-  bool is_big = false;    // LONG1/LONG4 that does not fit int64: s holds the bytes
+  bool is_bool = false;  // protocol-0 INT spelled 00/01
+  bool is_big = false;   // LONG1/LONG4 that does not fit int64: s holds the bytes
 };
 
 // Python's int(line) for INT/LONG text opcodes, restricted to int64.
@@ -35,8 +35,7 @@ int64_t parse_text_int(SpanReader& r, size_t op_pos, std::string_view s, const c
   long long v = std::strtoll(tmp.c_str(), &end, 10);
   if (end != tmp.c_str() + tmp.size())
     r.fail_at(op_pos, std::string(what) + " with a malformed number '" + tmp.substr(0, 40) + "'");
-  if (errno == ERANGE)
-    throw UnsupportedError(Where(r.source(), r.abs_pos()), std::string(what) + " beyond 64 bits");
+  if (errno == ERANGE) throw UnsupportedError(Where(r.source(), r.abs_pos()), std::string(what) + " beyond 64 bits");
   return v;
 }
 
@@ -110,10 +109,10 @@ Utf8 check_utf8(std::string_view s) {
     if (len == 0 || len > n - i) return Utf8::invalid;
     for (size_t k = 1; k < len; ++k)
       if ((p[i + k] & 0xC0) != 0x80) return Utf8::invalid;
-    if (c == 0xE0 && p[i + 1] < 0xA0) return Utf8::invalid;                      // overlong
-    if (c == 0xF0 && p[i + 1] < 0x90) return Utf8::invalid;                      // overlong
-    if (c == 0xF4 && p[i + 1] > 0x8F) return Utf8::invalid;                      // > U+10FFFF
-    if (c == 0xED && p[i + 1] >= 0xA0) result = Utf8::surrogate;                 // U+D800..DFFF
+    if (c == 0xE0 && p[i + 1] < 0xA0) return Utf8::invalid;       // overlong
+    if (c == 0xF0 && p[i + 1] < 0x90) return Utf8::invalid;       // overlong
+    if (c == 0xF4 && p[i + 1] > 0x8F) return Utf8::invalid;       // > U+10FFFF
+    if (c == 0xED && p[i + 1] >= 0xA0) result = Utf8::surrogate;  // U+D800..DFFF
     i += len;
   }
   return result;
@@ -169,13 +168,27 @@ bool decode_quoted(std::string_view s, std::string& out) {
     }
     if (++i >= s.size()) return false;
     switch (s[i]) {
-      case '\\': raw.push_back('\\'); break;
-      case '\'': raw.push_back('\''); break;
-      case '"': raw.push_back('"'); break;
-      case 'n': raw.push_back('\n'); break;
-      case 'r': raw.push_back('\r'); break;
-      case 't': raw.push_back('\t'); break;
-      case '0': raw.push_back('\0'); break;
+      case '\\':
+        raw.push_back('\\');
+        break;
+      case '\'':
+        raw.push_back('\'');
+        break;
+      case '"':
+        raw.push_back('"');
+        break;
+      case 'n':
+        raw.push_back('\n');
+        break;
+      case 'r':
+        raw.push_back('\r');
+        break;
+      case 't':
+        raw.push_back('\t');
+        break;
+      case '0':
+        raw.push_back('\0');
+        break;
       case 'x': {
         if (i + 2 >= s.size()) return false;
         int h1 = hexval(s[i + 1]), h2 = hexval(s[i + 2]);
@@ -184,7 +197,8 @@ bool decode_quoted(std::string_view s, std::string& out) {
         i += 2;
         break;
       }
-      default: return false;
+      default:
+        return false;
     }
   }
   out = latin1_to_utf8(raw);
@@ -258,7 +272,9 @@ inline void read_memo_line(SpanReader& r, size_t op_pos, Arg& a) {
 // can never disagree about where an opcode ends.
 void read_arg(uint8_t op, SpanReader& r, size_t op_pos, Arg& a) {
   switch (op) {
-    case PROTO: a.u = r.u8(); break;
+    case PROTO:
+      a.u = r.u8();
+      break;
     case FRAME: {
       a.u = r.u64le();
       if (a.u > r.remaining())
@@ -266,20 +282,40 @@ void read_arg(uint8_t op, SpanReader& r, size_t op_pos, Arg& a) {
                               std::to_string(r.remaining()) + " bytes left)");
       break;
     }
-    case BININT: a.i = r.i32le(); break;
-    case BININT1: a.i = r.u8(); break;
-    case BININT2: a.i = r.u16le(); break;
+    case BININT:
+      a.i = r.i32le();
+      break;
+    case BININT1:
+      a.i = r.u8();
+      break;
+    case BININT2:
+      a.i = r.u16le();
+      break;
     case LONG1:
-    case LONG4: read_long(op, r, a); break;
-    case INT: read_int_line(r, op_pos, a); break;
-    case LONG: a.i = parse_text_int(r, op_pos, r.line("LONG"), "LONG"); break;
-    case FLOAT: read_float_line(r, op_pos, a); break;
-    case BINFLOAT: a.f = r.f64be(); break;
+    case LONG4:
+      read_long(op, r, a);
+      break;
+    case INT:
+      read_int_line(r, op_pos, a);
+      break;
+    case LONG:
+      a.i = parse_text_int(r, op_pos, r.line("LONG"), "LONG");
+      break;
+    case FLOAT:
+      read_float_line(r, op_pos, a);
+      break;
+    case BINFLOAT:
+      a.f = r.f64be();
+      break;
     case SHORT_BINUNICODE:
     case SHORT_BINBYTES:
-    case SHORT_BINSTRING: a.s = r.take(r.u8(), "string").view(); break;
+    case SHORT_BINSTRING:
+      a.s = r.take(r.u8(), "string").view();
+      break;
     case BINUNICODE:
-    case BINBYTES: a.s = r.take(r.u32le(), "string").view(); break;
+    case BINBYTES:
+      a.s = r.take(r.u32le(), "string").view();
+      break;
     case BINSTRING: {
       int32_t n = r.i32le();
       if (n < 0) r.fail_at(op_pos, "BINSTRING with a negative length");
@@ -288,32 +324,81 @@ void read_arg(uint8_t op, SpanReader& r, size_t op_pos, Arg& a) {
     }
     case BINUNICODE8:
     case BINBYTES8:
-    case BYTEARRAY8: a.s = r.take(r.u64le(), "string").view(); break;
-    case STRING: a.s = r.line("STRING"); break;
-    case UNICODE: a.s = r.line("UNICODE"); break;
+    case BYTEARRAY8:
+      a.s = r.take(r.u64le(), "string").view();
+      break;
+    case STRING:
+      a.s = r.line("STRING");
+      break;
+    case UNICODE:
+      a.s = r.line("UNICODE");
+      break;
     case GLOBAL:
     case INST:
       a.s = r.line("module name");
       a.s2 = r.line("class name");
       break;
-    case PERSID: a.s = r.line("PERSID"); break;
-    case GET:
-    case PUT: read_memo_line(r, op_pos, a); break;
-    case BINGET:
-    case BINPUT: a.u = r.u8(); break;
-    case LONG_BINGET:
-    case LONG_BINPUT: a.u = r.u32le(); break;
-    case EXT1: a.u = r.u8(); break;
-    case EXT2: a.u = r.u16le(); break;
-    case EXT4: a.u = r.u32le(); break;
-    case MARK: case STOP: case POP: case POP_MARK: case DUP: case NONE: case BINPERSID:
-    case REDUCE: case APPEND: case BUILD: case DICT: case EMPTY_DICT: case APPENDS: case LIST:
-    case EMPTY_LIST: case OBJ: case SETITEM: case TUPLE: case EMPTY_TUPLE: case SETITEMS:
-    case NEWOBJ: case TUPLE1: case TUPLE2: case TUPLE3: case NEWTRUE: case NEWFALSE:
-    case EMPTY_SET: case ADDITEMS: case FROZENSET: case NEWOBJ_EX: case STACK_GLOBAL:
-    case MEMOIZE: case NEXT_BUFFER: case READONLY_BUFFER:
+    case PERSID:
+      a.s = r.line("PERSID");
       break;
-    default: unknown_opcode(r, op_pos, op);
+    case GET:
+    case PUT:
+      read_memo_line(r, op_pos, a);
+      break;
+    case BINGET:
+    case BINPUT:
+      a.u = r.u8();
+      break;
+    case LONG_BINGET:
+    case LONG_BINPUT:
+      a.u = r.u32le();
+      break;
+    case EXT1:
+      a.u = r.u8();
+      break;
+    case EXT2:
+      a.u = r.u16le();
+      break;
+    case EXT4:
+      a.u = r.u32le();
+      break;
+    case MARK:
+    case STOP:
+    case POP:
+    case POP_MARK:
+    case DUP:
+    case NONE:
+    case BINPERSID:
+    case REDUCE:
+    case APPEND:
+    case BUILD:
+    case DICT:
+    case EMPTY_DICT:
+    case APPENDS:
+    case LIST:
+    case EMPTY_LIST:
+    case OBJ:
+    case SETITEM:
+    case TUPLE:
+    case EMPTY_TUPLE:
+    case SETITEMS:
+    case NEWOBJ:
+    case TUPLE1:
+    case TUPLE2:
+    case TUPLE3:
+    case NEWTRUE:
+    case NEWFALSE:
+    case EMPTY_SET:
+    case ADDITEMS:
+    case FROZENSET:
+    case NEWOBJ_EX:
+    case STACK_GLOBAL:
+    case MEMOIZE:
+    case NEXT_BUFFER:
+    case READONLY_BUFFER:
+      break;
+    default:
+      unknown_opcode(r, op_pos, op);
   }
 }
 
@@ -325,7 +410,9 @@ inline uint32_t load_u32le(const uint8_t* p) {
   return uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24;
 }
 
-inline uint64_t load_u64le(const uint8_t* p) { return uint64_t{load_u32le(p)} | uint64_t{load_u32le(p + 4)} << 32; }
+inline uint64_t load_u64le(const uint8_t* p) {
+  return uint64_t{load_u32le(p)} | uint64_t{load_u32le(p + 4)} << 32;
+}
 
 // Eight bytes as one word in the machine's order: the byte templates of Machine (the scan's and
 // the flat path's) are words loaded this way, compared with words of the input loaded the same way.
@@ -436,7 +523,9 @@ class Machine {
           }
           pos += 1;
           continue;
-        case TUPLE1: case TUPLE2: case TUPLE3: {
+        case TUPLE1:
+        case TUPLE2:
+        case TUPLE3: {
           // torch.Size(dims): `TUPLEn MEMOIZE TUPLE1 MEMOIZE REDUCE MEMOIZE`, often closing an
           // object (`SETITEMS BUILD`): every ChunkStorageMetadata has two, every key one.
           uint64_t w = load_u64le(base + pos);
@@ -447,32 +536,77 @@ class Machine {
           pos += base[pos + 1] == MEMOIZE ? 2 : 1;
           continue;
         }
-        case REDUCE: case NEWOBJ: case EMPTY_DICT: case EMPTY_LIST:
+        case REDUCE:
+        case NEWOBJ:
+        case EMPTY_DICT:
+        case EMPTY_LIST:
           pos += base[pos + 1] == MEMOIZE ? 2 : 1;
           continue;
         case SETITEMS:
           pos += base[pos + 1] == BUILD ? 2 : 1;
           continue;
-        case MARK: case POP: case POP_MARK: case DUP: case NONE: case BINPERSID: case APPEND: case BUILD:
-        case DICT: case APPENDS: case LIST: case OBJ: case SETITEM: case TUPLE: case NEWTRUE:
-        case NEWFALSE: case EMPTY_SET: case ADDITEMS: case FROZENSET: case NEWOBJ_EX: case STACK_GLOBAL:
-        case MEMOIZE: case NEXT_BUFFER: case READONLY_BUFFER:
+        case MARK:
+        case POP:
+        case POP_MARK:
+        case DUP:
+        case NONE:
+        case BINPERSID:
+        case APPEND:
+        case BUILD:
+        case DICT:
+        case APPENDS:
+        case LIST:
+        case OBJ:
+        case SETITEM:
+        case TUPLE:
+        case NEWTRUE:
+        case NEWFALSE:
+        case EMPTY_SET:
+        case ADDITEMS:
+        case FROZENSET:
+        case NEWOBJ_EX:
+        case STACK_GLOBAL:
+        case MEMOIZE:
+        case NEXT_BUFFER:
+        case READONLY_BUFFER:
           pos += 1;
           continue;
-        case PROTO: case BININT1: case BINPUT: case EXT1: pos += 2; continue;
-        case BININT2: case EXT2: pos += 3; continue;
-        case BININT: case LONG_BINPUT: case EXT4: pos += 5; continue;
-        case BINFLOAT: pos += 9; continue;
-        case BINGET: pos = step_binget(pos, limit); continue;
-        case LONG_BINGET: pos = step_long_binget(pos, limit); continue;
-        case SHORT_BINUNICODE: case SHORT_BINBYTES: case SHORT_BINSTRING: case LONG1: {
+        case PROTO:
+        case BININT1:
+        case BINPUT:
+        case EXT1:
+          pos += 2;
+          continue;
+        case BININT2:
+        case EXT2:
+          pos += 3;
+          continue;
+        case BININT:
+        case LONG_BINPUT:
+        case EXT4:
+          pos += 5;
+          continue;
+        case BINFLOAT:
+          pos += 9;
+          continue;
+        case BINGET:
+          pos = step_binget(pos, limit);
+          continue;
+        case LONG_BINGET:
+          pos = step_long_binget(pos, limit);
+          continue;
+        case SHORT_BINUNICODE:
+        case SHORT_BINBYTES:
+        case SHORT_BINSTRING:
+        case LONG1: {
           size_t n = 2 + size_t{base[pos + 1]};
           if (data_.size - pos < n) break;
           pos += n;
           if (pos < limit && base[pos] == MEMOIZE) ++pos;  // a string is memoized as it is made
           continue;
         }
-        default: break;
+        default:
+          break;
       }
       break;
     }
@@ -565,12 +699,12 @@ class Machine {
   struct ScanTpl {  // (set by scan_learn; 45 KiB for all, not zero-filled)
     uint32_t len, nwords;
     uint8_t nshort, nlong;
-    uint8_t short_at[kScanTplGets];  // operand offsets of its BINGETs
-    uint8_t long_at[kScanTplGets];   // and of its LONG_BINGETs
+    uint8_t short_at[kScanTplGets];   // operand offsets of its BINGETs
+    uint8_t long_at[kScanTplGets];    // and of its LONG_BINGETs
     uint8_t short_val[kScanTplGets];  // their indices in the object it was learnt from
     uint32_t long_val[kScanTplGets];
     uint64_t word[kScanTplWords], mask[kScanTplWords];  // word i at 8 * i, the last at len - 8
-    ScanTpl* succ;  // the template matched right after this one last time, or null
+    ScanTpl* succ;                                      // the template matched right after this one last time, or null
   };
   static constexpr uint32_t kScanGiveUp = 256;  // failed learns of a bucket with no template
   struct ScanBucket {
@@ -686,23 +820,63 @@ class Machine {
           n = 5;
           if (q + n <= cap) t.long_at[t.nlong++] = static_cast<uint8_t>(q + 1);
           break;
-        case BININT1: case BINPUT: n = 2; break;
-        case BININT2: n = 3; break;
-        case BININT: case LONG_BINPUT: n = 5; break;
-        case BINFLOAT: n = 9; break;
-        case LONG1: case SHORT_BINUNICODE: case SHORT_BINBYTES: case SHORT_BINSTRING:
-          if (q + 2 <= cap) n = 2 + size_t{p[q + 1]};
-          else n = cap + 1;  // does not fit
-          from = 2;  // the length byte is kept
+        case BININT1:
+        case BINPUT:
+          n = 2;
           break;
-        case MEMOIZE: case MARK: case EMPTY_TUPLE: case EMPTY_DICT: case EMPTY_LIST: case EMPTY_SET:
-        case NEWOBJ: case REDUCE: case TUPLE: case TUPLE1: case TUPLE2: case TUPLE3: case NONE:
-        case NEWTRUE: case NEWFALSE: case APPEND: case APPENDS: case SETITEM: case SETITEMS: case DICT:
-        case LIST: case POP: case POP_MARK: case DUP: case BINPERSID: case STACK_GLOBAL: case ADDITEMS:
-        case FROZENSET: case BUILD:
+        case BININT2:
+          n = 3;
+          break;
+        case BININT:
+        case LONG_BINPUT:
+          n = 5;
+          break;
+        case BINFLOAT:
+          n = 9;
+          break;
+        case LONG1:
+        case SHORT_BINUNICODE:
+        case SHORT_BINBYTES:
+        case SHORT_BINSTRING:
+          if (q + 2 <= cap)
+            n = 2 + size_t{p[q + 1]};
+          else
+            n = cap + 1;  // does not fit
+          from = 2;       // the length byte is kept
+          break;
+        case MEMOIZE:
+        case MARK:
+        case EMPTY_TUPLE:
+        case EMPTY_DICT:
+        case EMPTY_LIST:
+        case EMPTY_SET:
+        case NEWOBJ:
+        case REDUCE:
+        case TUPLE:
+        case TUPLE1:
+        case TUPLE2:
+        case TUPLE3:
+        case NONE:
+        case NEWTRUE:
+        case NEWFALSE:
+        case APPEND:
+        case APPENDS:
+        case SETITEM:
+        case SETITEMS:
+        case DICT:
+        case LIST:
+        case POP:
+        case POP_MARK:
+        case DUP:
+        case BINPERSID:
+        case STACK_GLOBAL:
+        case ADDITEMS:
+        case FROZENSET:
+        case BUILD:
           n = 1;
           break;
-        default: break;
+        default:
+          break;
       }
       if (n == 0 || q + n > cap) break;
       if (q == 0) {  // the class: compared, so that each template stands for one class (noted below)
@@ -765,8 +939,7 @@ class Machine {
   Value settle(const Value& v) { return (v.flags & Value::kBoxed) ? tree_->freeze(v) : v; }
 
   void check_depth(uint32_t d) {
-    if (d > opts_.limits.max_depth)
-      fail("nesting deeper than " + std::to_string(opts_.limits.max_depth) + " levels");
+    if (d > opts_.limits.max_depth) fail("nesting deeper than " + std::to_string(opts_.limits.max_depth) + " levels");
   }
 
   Value frozen(Kind kind, size_t from) {
@@ -967,7 +1140,8 @@ class Machine {
         f.p += 2 + n;
         return true;
       }
-      default: return false;
+      default:
+        return false;
     }
   }
 
@@ -1084,7 +1258,10 @@ class Machine {
           return flat_call(f, v, ndims);
         }
         return v.depth + 1u <= opts_.limits.max_depth;
-      case BININT1: case BININT2: case BININT: case LONG1: {
+      case BININT1:
+      case BININT2:
+      case BININT:
+      case LONG1: {
         int64_t i;
         if (!flat_int(f, i)) return false;
         v.kind = Kind::Int;
@@ -1092,8 +1269,12 @@ class Machine {
         src = kInt;
         return true;
       }
-      case NONE: ++f.p; src = kConst; return true;
-      case NEWTRUE: case NEWFALSE:
+      case NONE:
+        ++f.p;
+        src = kConst;
+        return true;
+      case NEWTRUE:
+      case NEWFALSE:
         v.kind = Kind::Bool;
         v.bits = op == NEWTRUE;
         ++f.p;
@@ -1102,7 +1283,8 @@ class Machine {
       case SHORT_BINUNICODE:
         src = kStr;
         return flat_str(f, v);
-      default: return false;
+      default:
+        return false;
     }
   }
 
@@ -1168,8 +1350,8 @@ class Machine {
   enum : uint8_t { kVarGet, kFixedGet, kSize, kDim, kInt, kConst, kStr };
   static constexpr size_t kTplBytes = 128;  // an object's bytes after its class's GET
   static constexpr size_t kTplWords = kTplBytes / 8;
-  static constexpr size_t kTplVars = 48;    // operands read from the bytes
-  static constexpr size_t kTplFixed = 24;   // memo reads compared as indices
+  static constexpr size_t kTplVars = 48;   // operands read from the bytes
+  static constexpr size_t kTplFixed = 24;  // memo reads compared as indices
   static constexpr size_t kTemplates = 32;
   struct TplVar {
     uint8_t src;  // kVarGet, kDim, kInt, kStr
@@ -1183,7 +1365,7 @@ class Machine {
     uint32_t nitems = 0, nvars = 0, nfixed = 0;
     uint64_t memos = 0;
     uint64_t word[kTplWords], mask[kTplWords];  // word i at offset 8*i; the last one at len - 8
-    Value items[kFlatItems];  // the state as read, the operands' items overwritten by each match
+    Value items[kFlatItems];                    // the state as read, the operands' items overwritten by each match
     TplVar var[kTplVars];
     const Value* fixed_slot[kTplFixed];
     Value fixed_val[kTplFixed];
@@ -1202,11 +1384,16 @@ class Machine {
   // The size of the int opcode at p (BININT1, BININT2, BININT, LONG1), 0 for anything else.
   static size_t int_size(const uint8_t* p) {
     switch (*p) {
-      case BININT1: return 2;
-      case BININT2: return 3;
-      case BININT: return 5;
-      case LONG1: return 2 + size_t{p[1]};
-      default: return 0;
+      case BININT1:
+        return 2;
+      case BININT2:
+        return 3;
+      case BININT:
+        return 5;
+      case LONG1:
+        return 2 + size_t{p[1]};
+      default:
+        return 0;
     }
   }
 
@@ -1273,12 +1460,14 @@ class Machine {
           std::memset(mask + at + from, 0, w - from);
           break;
         }
-        case kConst: break;
+        case kConst:
+          break;
         case kStr:
           if (!add(kStr, at, i)) return;
           std::memset(mask + at + 2, 0, p[1]);
           break;
-        default: return;
+        default:
+          return;
       }
     }
     template_words(obj, mask, len, t.word, t.mask);
@@ -1333,9 +1522,12 @@ class Machine {
   // at p, as flat_int reads it.
   static int64_t template_int(const uint8_t* p) {
     switch (*p) {
-      case BININT1: return p[1];
-      case BININT2: return p[1] | p[2] << 8;
-      case BININT: return static_cast<int32_t>(load_u32le(p + 1));
+      case BININT1:
+        return p[1];
+      case BININT2:
+        return p[1] | p[2] << 8;
+      case BININT:
+        return static_cast<int32_t>(load_u32le(p + 1));
       default: {
         Flat f{p, p + 2 + p[1], 0};
         int64_t v = 0;
@@ -1381,7 +1573,8 @@ class Machine {
           flat_items_[s.dst] = v;
           break;
         }
-        default: return false;
+        default:
+          return false;
       }
     }
     return true;
@@ -1415,7 +1608,6 @@ class Machine {
   }
 
   Value reduce(const Value& callable, const Value& args) {
-
     if (callable.kind == Kind::Global) {
       const GlobalRef& g = callable.as_global();
       if (g.module == "torch" && g.name == "Size" && args.kind == Kind::Tuple && args.len == 1 &&
@@ -1538,40 +1730,108 @@ class Machine {
   // Runs opcode op_ with its argument a. True at STOP (the tree's root is set).
   [[gnu::always_inline]] bool execute(const Arg& a, SpanReader& r) {
     switch (op_) {
-      case PROTO: check_protocol(a.u); break;
-      case FRAME: break;
+      case PROTO:
+        check_protocol(a.u);
+        break;
+      case FRAME:
+        break;
       case STOP:
         if (stack_.empty()) fail("STOP on an empty stack");
         tree_->root = stack_.back();
         return true;
-      case MARK: mark(); break;
-      case POP: pop_one(); break;
-      case POP_MARK: stack_.resize(pop_mark()); break;
-      case DUP: dup(); break;
-      case NONE: push(Value{}); break;
-      case NEWTRUE: case NEWFALSE: push(make_bool(op_ == NEWTRUE)); break;
-      case INT: push(a.is_bool ? make_bool(a.i != 0) : make_int(a.i)); break;
-      case BININT: case BININT1: case BININT2: case LONG: push(make_int(a.i)); break;
-      case LONG1: case LONG4: push(a.is_big ? make_string(Kind::BigInt, a.s) : make_int(a.i)); break;
-      case FLOAT: case BINFLOAT: push(make_float(a.f)); break;
-      case SHORT_BINUNICODE: case BINUNICODE: case BINUNICODE8: push(make_string(Kind::Str, a.s)); break;
-      case SHORT_BINBYTES: case BINBYTES: case BINBYTES8: case BYTEARRAY8: push(make_string(Kind::Bytes, a.s)); break;
-      case SHORT_BINSTRING: case BINSTRING: push(make_string(Kind::Str, latin1_to_utf8(a.s))); break;
-      case STRING: push_quoted(a.s); break;
-      case UNICODE: push_raw_unicode(a.s); break;
-      case EMPTY_TUPLE: push(empty_tuple()); break;
-      case TUPLE1: case TUPLE2: case TUPLE3: push_small_tuple(); break;
-      case TUPLE: push(frozen(Kind::Tuple, pop_mark())); break;
-      case FROZENSET: push(frozen(Kind::Set, pop_mark())); break;
-      case EMPTY_LIST: push(tree_->make_open(Kind::List)); break;
-      case EMPTY_DICT: push(tree_->make_open(Kind::Dict)); break;
-      case EMPTY_SET: push(tree_->make_open(Kind::Set)); break;
-      case LIST: case DICT: push_marked_container(); break;
+      case MARK:
+        mark();
+        break;
+      case POP:
+        pop_one();
+        break;
+      case POP_MARK:
+        stack_.resize(pop_mark());
+        break;
+      case DUP:
+        dup();
+        break;
+      case NONE:
+        push(Value{});
+        break;
+      case NEWTRUE:
+      case NEWFALSE:
+        push(make_bool(op_ == NEWTRUE));
+        break;
+      case INT:
+        push(a.is_bool ? make_bool(a.i != 0) : make_int(a.i));
+        break;
+      case BININT:
+      case BININT1:
+      case BININT2:
+      case LONG:
+        push(make_int(a.i));
+        break;
+      case LONG1:
+      case LONG4:
+        push(a.is_big ? make_string(Kind::BigInt, a.s) : make_int(a.i));
+        break;
+      case FLOAT:
+      case BINFLOAT:
+        push(make_float(a.f));
+        break;
+      case SHORT_BINUNICODE:
+      case BINUNICODE:
+      case BINUNICODE8:
+        push(make_string(Kind::Str, a.s));
+        break;
+      case SHORT_BINBYTES:
+      case BINBYTES:
+      case BINBYTES8:
+      case BYTEARRAY8:
+        push(make_string(Kind::Bytes, a.s));
+        break;
+      case SHORT_BINSTRING:
+      case BINSTRING:
+        push(make_string(Kind::Str, latin1_to_utf8(a.s)));
+        break;
+      case STRING:
+        push_quoted(a.s);
+        break;
+      case UNICODE:
+        push_raw_unicode(a.s);
+        break;
+      case EMPTY_TUPLE:
+        push(empty_tuple());
+        break;
+      case TUPLE1:
+      case TUPLE2:
+      case TUPLE3:
+        push_small_tuple();
+        break;
+      case TUPLE:
+        push(frozen(Kind::Tuple, pop_mark()));
+        break;
+      case FROZENSET:
+        push(frozen(Kind::Set, pop_mark()));
+        break;
+      case EMPTY_LIST:
+        push(tree_->make_open(Kind::List));
+        break;
+      case EMPTY_DICT:
+        push(tree_->make_open(Kind::Dict));
+        break;
+      case EMPTY_SET:
+        push(tree_->make_open(Kind::Set));
+        break;
+      case LIST:
+      case DICT:
+        push_marked_container();
+        break;
       case APPEND:
         if (stack_.size() < floor() + 2) fail("APPEND needs a list and an item");
         extend(stack_[stack_.size() - 2], stack_.size() - 1, Kind::List);
         break;
-      case APPENDS: case SETITEMS: case ADDITEMS: extend_marked(); break;
+      case APPENDS:
+      case SETITEMS:
+      case ADDITEMS:
+        extend_marked();
+        break;
       case SETITEM:
         if (stack_.size() < floor() + 3) fail("SETITEM needs a dict, a key and a value");
         extend(stack_[stack_.size() - 3], stack_.size() - 2, Kind::Dict);
@@ -1581,35 +1841,63 @@ class Machine {
         check_text(a.s2);
         push(tree_->make_global(a.s, a.s2));
         break;
-      case STACK_GLOBAL: stack_global(); break;
+      case STACK_GLOBAL:
+        stack_global();
+        break;
       case REDUCE: {
         Value args = settle(pop());
         Value callable = settle(pop());
         push(reduce(callable, args));
         break;
       }
-      case NEWOBJ: newobj(); break;
-      case NEWOBJ_EX: newobj_ex(); break;
-      case INST: inst(a); break;
-      case OBJ: obj(); break;
-      case BUILD: build(); break;
-      case PERSID: push(tree_->make_persid(make_string(Kind::Str, a.s))); break;
-      case BINPERSID: push(tree_->make_persid(settle(pop()))); break;
+      case NEWOBJ:
+        newobj();
+        break;
+      case NEWOBJ_EX:
+        newobj_ex();
+        break;
+      case INST:
+        inst(a);
+        break;
+      case OBJ:
+        obj();
+        break;
+      case BUILD:
+        build();
+        break;
+      case PERSID:
+        push(tree_->make_persid(make_string(Kind::Str, a.s)));
+        break;
+      case BINPERSID:
+        push(tree_->make_persid(settle(pop())));
+        break;
       case BINGET:
       case LONG_BINGET:
         if (opts_.folder && fold_flat_object(a.u, r)) break;
         memo_get(a.u);
         break;
-      case GET: memo_get(a.u); break;
-      case PUT: case BINPUT: case LONG_BINPUT:
+      case GET:
+        memo_get(a.u);
+        break;
+      case PUT:
+      case BINPUT:
+      case LONG_BINPUT:
         memo_put(a.u);
         memo_len_ = std::max(memo_len_, a.u + 1);
         break;
-      case MEMOIZE: memo_put(memo_len_++); break;
-      case EXT1: case EXT2: case EXT4: push_extension(a.u); break;
-      case NEXT_BUFFER: case READONLY_BUFFER:
+      case MEMOIZE:
+        memo_put(memo_len_++);
+        break;
+      case EXT1:
+      case EXT2:
+      case EXT4:
+        push_extension(a.u);
+        break;
+      case NEXT_BUFFER:
+      case READONLY_BUFFER:
         unsupported("pickle uses out-of-band buffers (protocol 5 NEXT_BUFFER)");
-      default: fail("unhandled opcode");
+      default:
+        fail("unhandled opcode");
     }
     return false;
   }
@@ -1623,13 +1911,16 @@ class Machine {
   }
 
   void mark() {
-    if (marks_.size() >= opts_.limits.max_marks) fail("more than " + std::to_string(opts_.limits.max_marks) + " nested MARKs");
+    if (marks_.size() >= opts_.limits.max_marks)
+      fail("more than " + std::to_string(opts_.limits.max_marks) + " nested MARKs");
     marks_.push_back(stack_.size());
   }
 
   void pop_one() {
-    if (stack_.size() > floor()) stack_.pop_back();
-    else marks_.empty() ? fail("POP on an empty stack") : (void)marks_.pop_back();  // pickle pops a mark too
+    if (stack_.size() > floor())
+      stack_.pop_back();
+    else
+      marks_.empty() ? fail("POP on an empty stack") : (void)marks_.pop_back();  // pickle pops a mark too
   }
 
   void dup() {
@@ -1673,7 +1964,8 @@ class Machine {
 
   void push_small_tuple() {  // TUPLE1, TUPLE2, TUPLE3
     size_t n = static_cast<size_t>(op_ - TUPLE1 + 1);
-    if (stack_.size() < floor() + n) fail(std::string(op_name(op_)) + " with fewer than " + std::to_string(n) + " items on the stack");
+    if (stack_.size() < floor() + n)
+      fail(std::string(op_name(op_)) + " with fewer than " + std::to_string(n) + " items on the stack");
     push(frozen(Kind::Tuple, stack_.size() - n));
   }
 
@@ -1756,8 +2048,8 @@ class Machine {
   std::vector<uint64_t> near_bits_;  // referenced memo indices < input size, one bit each
   std::vector<uint64_t> near_rank_;  // set bits in the words before each word
   uint64_t near_count_ = 0;
-  std::vector<uint64_t> far_;        // referenced indices >= input size, sorted
-  std::vector<Value> memo_vals_;     // one slot per referenced index: near ones by rank, then far
+  std::vector<uint64_t> far_;     // referenced indices >= input size, sorted
+  std::vector<Value> memo_vals_;  // one slot per referenced index: near ones by rank, then far
   std::vector<uint8_t> memo_set_;
   uint64_t memo_len_ = 0;
   uint64_t memo_overwrites_ = 0;  // stored memo entries replaced by a later PUT
@@ -1765,6 +2057,8 @@ class Machine {
 
 }  // namespace
 
-std::unique_ptr<Tree> parse(ByteSpan data, const ParseOptions& opts) { return Machine(data, opts).run(); }
+std::unique_ptr<Tree> parse(ByteSpan data, const ParseOptions& opts) {
+  return Machine(data, opts).run();
+}
 
 }  // namespace dcpctl::pickle

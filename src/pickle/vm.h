@@ -38,8 +38,8 @@
 namespace dcpctl::pickle {
 
 struct Limits {
-  uint32_t max_depth = 512;          // nesting of containers/objects in the result
-  uint64_t max_marks = 1u << 20;     // open MARKs at once
+  uint32_t max_depth = 512;       // nesting of containers/objects in the result
+  uint64_t max_marks = 1u << 20;  // open MARKs at once
   uint64_t max_memo_index = 1ull << 40;
 };
 

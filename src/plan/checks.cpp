@@ -33,8 +33,9 @@ bool CoverageCheck::check(const TensorMeta& t) {
 
 void CoverageCheck::refuse_if_incomplete(const Where& where, const std::string& what) const {
   if (incomplete_)
-    throw FormatError(where, std::to_string(incomplete_) + " selected tensor(s) are not fully covered by their chunks; refusing to " +
-                                 what + ":" + holes_);
+    throw FormatError(where, std::to_string(incomplete_) +
+                                 " selected tensor(s) are not fully covered by their chunks; refusing to " + what +
+                                 ":" + holes_);
 }
 
 void CastChoice::keep_for_view(const std::vector<std::string>& fqns, const std::string& reason) {

@@ -44,7 +44,8 @@ class CoverageCheck {
 // cannot be cast (complex, or a dtype with no cast) are listed, and other dtypes are kept silently.
 class CastChoice {
  public:
-  explicit CastChoice(std::optional<DType> cast, const PrecisionPolicy* policy = nullptr) : cast_(cast), policy_(policy) {}
+  explicit CastChoice(std::optional<DType> cast, const PrecisionPolicy* policy = nullptr)
+      : cast_(cast), policy_(policy) {}
   // The dtype tensor `key` (`fqn` in the checkpoint's table) of dtype `src` is written in.
   DType target(DType src, const std::string& key, const std::string& fqn = "");
   // Tensors (by their name in the table) a view wrote in the dtype they must keep (the quantize

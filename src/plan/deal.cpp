@@ -2,11 +2,11 @@
 
 #include <algorithm>
 
+#include "plan/format.h"
 #include "plan/memory.h"
 #include "store/upload.h"
 #include "util/error.h"
 #include "util/sha256.h"
-#include "plan/format.h"
 
 namespace dcpctl {
 
@@ -74,8 +74,9 @@ void plan_transfers(const Checkpoint& ck, const WritePlan& plan, const DealReque
         owner = least_loaded(load, bytes, [&](int r) { return vis.can_read(r, file); });
       }
       if (owner < 0)
-        throw FormatError(Where(ck.path_of(file), std::nullopt, t.fqn),
-                          "no rank can read this data file (--local-files: each rank sees only the files in its own directory)");
+        throw FormatError(
+            Where(ck.path_of(file), std::nullopt, t.fqn),
+            "no rank can read this data file (--local-files: each rank sees only the files in its own directory)");
       d.transfers.push_back({ref.tensor, c, owner, task.writer, task.lane});
     }
   }
@@ -95,11 +96,13 @@ void plan_transfers(const Checkpoint& ck, const WritePlan& plan, const DealReque
     if (ProcessMemory m = process_memory(plan, d, r); m.total() > most.total()) most = m, most_rank = r;
   if (!rq.budget_given) d.budget = std::max(d.budget, most.total());
   if (most.total() > d.budget) {
-    throw UsageError(Where(ck.metadata_path),
-                     "under torchrun, rank " + std::to_string(most_rank) + " decodes the zstd chunks it sends whole, " +
-                         std::to_string(d.lanes) + " lane(s) at once: it needs " + std::to_string(most.set_aside) + " bytes for them" +
-                         (most.buffers ? " beside its largest buffer (" + std::to_string(most.buffers) + ")" : std::string()) +
-                         ", more than --max-memory " + std::to_string(d.budget) + "; raise --max-memory or lower --threads");
+    throw UsageError(
+        Where(ck.metadata_path),
+        "under torchrun, rank " + std::to_string(most_rank) + " decodes the zstd chunks it sends whole, " +
+            std::to_string(d.lanes) + " lane(s) at once: it needs " + std::to_string(most.set_aside) +
+            " bytes for them" +
+            (most.buffers ? " beside its largest buffer (" + std::to_string(most.buffers) + ")" : std::string()) +
+            ", more than --max-memory " + std::to_string(d.budget) + "; raise --max-memory or lower --threads");
   }
 }
 
@@ -130,11 +133,12 @@ void plan_uploads(const Checkpoint& ck, const WritePlan& plan, const DealRequest
       const uint64_t room = d.budget > held ? d.budget - held : 0;
       buffers = static_cast<unsigned>(std::min<uint64_t>(want, room / part));
       if (buffers < least)
-        throw UsageError(Where(rq.output), "uploading to object storage holds at least " + std::to_string(least) +
-                                               " part buffer(s) of " + std::to_string(part) + " bytes beside the largest buffer (" +
-                                               std::to_string(process_memory(plan, d, r).buffers) + " bytes)" +
-                                               (d.world > 1 ? " on rank " + std::to_string(r) : std::string()) +
-                                               ": raise --max-memory to at least " + std::to_string(held + least * part));
+        throw UsageError(Where(rq.output),
+                         "uploading to object storage holds at least " + std::to_string(least) + " part buffer(s) of " +
+                             std::to_string(part) + " bytes beside the largest buffer (" +
+                             std::to_string(process_memory(plan, d, r).buffers) + " bytes)" +
+                             (d.world > 1 ? " on rank " + std::to_string(r) : std::string()) +
+                             ": raise --max-memory to at least " + std::to_string(held + least * part));
     }
     d.part_size[static_cast<size_t>(r)] = part;
     d.part_buffers[static_cast<size_t>(r)] = buffers;
@@ -200,16 +204,22 @@ json Deal::describe() const {
       reads += tr.owner == r;
       pushes += tr.owner == r && tr.writer != r;
     }
-    procs.push_back({{"rank", r}, {"files", files}, {"tasks", writes}, {"chunks_read", reads}, {"chunks_pushed", pushes},
-                     {"set_aside", set_aside[static_cast<size_t>(r)]}, {"memory_gate", gate_bytes(r)}});
+    procs.push_back({{"rank", r},
+                     {"files", files},
+                     {"tasks", writes},
+                     {"chunks_read", reads},
+                     {"chunks_pushed", pushes},
+                     {"set_aside", set_aside[static_cast<size_t>(r)]},
+                     {"memory_gate", gate_bytes(r)}});
     if (static_cast<size_t>(r) < memory.size()) procs.back()["memory"] = memory[static_cast<size_t>(r)].describe();
     if (part_buffers[static_cast<size_t>(r)])
-      procs.back()["upload"] = {{"part_size", part_size[static_cast<size_t>(r)]}, {"part_buffers", part_buffers[static_cast<size_t>(r)]}};
+      procs.back()["upload"] = {{"part_size", part_size[static_cast<size_t>(r)]},
+                                {"part_buffers", part_buffers[static_cast<size_t>(r)]}};
   }
   json tr = json::array();
   for (const Transfer& t : transfers) tr.push_back({t.tensor, t.chunk, t.owner, t.writer, t.lane});
-  return {{"processes", world}, {"lanes", lanes}, {"budget", budget}, {"writer_of", writer_of}, {"per_process", procs},
-          {"transfers", tr}};
+  return {{"processes", world},     {"lanes", lanes},       {"budget", budget},
+          {"writer_of", writer_of}, {"per_process", procs}, {"transfers", tr}};
 }
 
 std::string plan_digest(const WritePlan& plan, const Deal& deal) {

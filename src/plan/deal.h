@@ -72,17 +72,18 @@ template <class Eligible>
 int least_loaded(std::vector<uint64_t>& load, uint64_t bytes, Eligible&& eligible) {
   int best = -1;
   for (size_t r = 0; r < load.size(); ++r)
-    if (eligible(static_cast<int>(r)) && (best < 0 || load[r] < load[static_cast<size_t>(best)])) best = static_cast<int>(r);
+    if (eligible(static_cast<int>(r)) && (best < 0 || load[r] < load[static_cast<size_t>(best)]))
+      best = static_cast<int>(r);
   if (best >= 0) load[static_cast<size_t>(best)] += bytes;
   return best;
 }
 
 struct DealRequest {
-  int world = 1;                 // processes
-  unsigned lanes = 1;            // writing threads of a writer at offsets (under torchrun one exchange lane each)
-  bool parallel_write = false;   // consolidate under torchrun: every rank writes files (else rank 0 writes all)
-  bool exchange = false;         // consolidate under torchrun: chunks move from their readers to the writer
-  bool budget_given = false;     // --max-memory was given (else the budget rises to the largest need)
+  int world = 1;                // processes
+  unsigned lanes = 1;           // writing threads of a writer at offsets (under torchrun one exchange lane each)
+  bool parallel_write = false;  // consolidate under torchrun: every rank writes files (else rank 0 writes all)
+  bool exchange = false;        // consolidate under torchrun: chunks move from their readers to the writer
+  bool budget_given = false;    // --max-memory was given (else the budget rises to the largest need)
   const Visibility* visibility = nullptr;  // with `exchange`; null: every rank reads every file
   // The output is in object storage (store/upload.h): every writer holds part buffers of its
   // uploads, set aside from the budget (`part_rules`: the store's; `threads`: --threads).
@@ -113,10 +114,12 @@ struct Deal {
   // by the most any process holds).
   std::vector<uint64_t> part_size;
   std::vector<unsigned> part_buffers;
-  uint64_t budget = 0;              // every process's --max-memory
+  uint64_t budget = 0;                // every process's --max-memory
   std::vector<ProcessMemory> memory;  // per process: what it holds at most (plan/memory.h)
 
-  uint64_t upload_bytes(int rank) const { return part_size[static_cast<size_t>(rank)] * part_buffers[static_cast<size_t>(rank)]; }
+  uint64_t upload_bytes(int rank) const {
+    return part_size[static_cast<size_t>(rank)] * part_buffers[static_cast<size_t>(rank)];
+  }
 
   // The planned files process `rank` writes.
   std::vector<size_t> files_of(int rank) const;

@@ -13,8 +13,8 @@
 // defined with its writer in a module of write/formats/ (an OutputWriter, write/execute.h: what it
 // derives from the plan, how its outputs are created, written and committed), and
 // write/formats/formats.cpp lists them; a module's row (the GGUF module's, src/gguf/) is added by
-// the module's register function (formats::add), after the built-in rows. The planner (plan/plan.h), the deal (plan/deal.h), the
-// executor (write/executor.h), the upload planner and the model checks (write/execute.cpp,
+// the module's register function (formats::add), after the built-in rows. The planner (plan/plan.h), the deal
+// (plan/deal.h), the executor (write/executor.h), the upload planner and the model checks (write/execute.cpp,
 // write/consolidate.cpp) ask a format only what its row says; consolidate and reshard translate
 // options and pick a row (by --format's word, by the output's name, or by the command: --lora
 // adapter). A new format is a new module and a new row (docs/architecture.md, "A new output
@@ -77,8 +77,8 @@ struct FormatOption {
 using FormatOptionValues = std::map<std::string, std::string, std::less<>>;
 
 struct Format {
-  std::string_view name;     // the summary's "format", and --format's word unless `flag` says otherwise
-  std::string_view flag;     // --format's word ("hf"); empty: --format does not choose it
+  std::string_view name;  // the summary's "format", and --format's word unless `flag` says otherwise
+  std::string_view flag;  // --format's word ("hf"); empty: --format does not choose it
   Writing writing = Writing::AtOffsets;
   bool tensors_only = false;   // holds tensors only, of the dtypes safetensors has
   bool writes_values = false;  // writes the selected non-tensor items (so the leader reads them)

@@ -10,11 +10,15 @@ namespace dcpctl {
 
 namespace {
 
-uint64_t sat_add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
+uint64_t sat_add(uint64_t a, uint64_t b) {
+  return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
 
 }  // namespace
 
-uint64_t chunk_bytes(const TensorMeta& t, size_t c) { return t.chunk_numel(c) * itemsize(*t.dtype); }
+uint64_t chunk_bytes(const TensorMeta& t, size_t c) {
+  return t.chunk_numel(c) * itemsize(*t.dtype);
+}
 
 uint64_t decoded_item_need(const TensorMeta& t, size_t c) {
   if (t.storage[c].transforms == 0) return 0;
@@ -58,7 +62,8 @@ uint64_t view_read_need(const DerivedTable* derived, const std::vector<Piece>& p
   return most;
 }
 
-uint64_t record_need(const PlannedTensor& pt, Record& r, const Target& target, uint64_t read_need, const DerivedTable* derived) {
+uint64_t record_need(const PlannedTensor& pt, Record& r, const Target& target, uint64_t read_need,
+                     const DerivedTable* derived) {
   const TensorMeta& t = *pt.t;
   const uint64_t cast = pt.dst != pt.src;
   const uint64_t view = view_read_need(derived, r.pieces);
@@ -82,7 +87,9 @@ uint64_t record_need(const PlannedTensor& pt, Record& r, const Target& target, u
     // The whole tensor (and its cast), plus per chunk read in flight the decoded item (zstd) and
     // the dense copy a chunk that is not a run (or gives a key map's output several pieces) is
     // placed from; the .pt writer reads its chunks on all threads at once.
-    uint64_t reads = target.in_order() ? std::min<uint64_t>(std::max(1u, target.threads), parts ? r.pieces.size() : t.num_chunks()) : 1;
+    uint64_t reads = target.in_order()
+                         ? std::min<uint64_t>(std::max(1u, target.threads), parts ? r.pieces.size() : t.num_chunks())
+                         : 1;
     uint64_t copies = (pt.transformed ? 1 : 0) + (r.runs && !parts ? 0 : 1);
     return t.nbytes() + cast * r.out_bytes + reads * (copies * max_chunk + view);
   }
@@ -126,14 +133,17 @@ uint64_t window_budget(const Metadata& md, uint64_t max_memory) {
   return max_memory;
 }
 
-uint64_t window_elems(uint64_t window_bytes, size_t largest_item, uint64_t budget, unsigned threads, uint64_t per_elem) {
-  uint64_t elems = std::min<uint64_t>(window_bytes / std::max<size_t>(largest_item, 1), budget / (std::max(1u, threads) * per_elem + 1));
+uint64_t window_elems(uint64_t window_bytes, size_t largest_item, uint64_t budget, unsigned threads,
+                      uint64_t per_elem) {
+  uint64_t elems = std::min<uint64_t>(window_bytes / std::max<size_t>(largest_item, 1),
+                                      budget / (std::max(1u, threads) * per_elem + 1));
   return std::max<uint64_t>(elems, 1);
 }
 
 uint64_t verify_window_bytes(uint64_t per_worker, uint64_t decoded, uint64_t largest_chunk, size_t item) {
   constexpr uint64_t kMaxWindow = 32ull << 20;
-  uint64_t bytes = std::max<uint64_t>(std::min(per_worker > decoded ? (per_worker - decoded) / 2 : 0, kMaxWindow), item);
+  uint64_t bytes =
+      std::max<uint64_t>(std::min(per_worker > decoded ? (per_worker - decoded) / 2 : 0, kMaxWindow), item);
   if (decoded != 0) bytes = std::max(bytes, largest_chunk);
   return bytes;
 }

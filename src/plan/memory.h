@@ -66,7 +66,8 @@ uint64_t view_read_need(const DerivedTable* derived, const std::vector<Piece>& p
 // in place, sets its copy window, Record::window_elems). `read_need`: for a DCP target chunk, what
 // reading a source chunk of the tensor takes (source_read_need); `derived`: the checkpoint's
 // derived tensors, whose reads hold view_read_need each.
-uint64_t record_need(const PlannedTensor& pt, Record& r, const Target& target, uint64_t read_need, const DerivedTable* derived = nullptr);
+uint64_t record_need(const PlannedTensor& pt, Record& r, const Target& target, uint64_t read_need,
+                     const DerivedTable* derived = nullptr);
 // What assembling a DCP target chunk of a tensor takes to read one source chunk of it, over the
 // records `mine` of that tensor: the decoded item (zstd) plus a dense copy of the chunk when some
 // piece of it is not a run. Counted at least once, which also covers a chunk saved as a

@@ -17,8 +17,9 @@ using nlohmann::json;
 namespace {
 
 // The boxes a tensor is written as, and the rank of each (RankFiles); one whole box otherwise.
-void target_boxes(const Checkpoint& ck, const TensorMeta& t, const Target& target, int world, std::vector<uint64_t>& rank_bytes,
-                  size_t out_item, std::vector<Box>& boxes, std::vector<uint32_t>& ranks) {
+void target_boxes(const Checkpoint& ck, const TensorMeta& t, const Target& target, int world,
+                  std::vector<uint64_t>& rank_bytes, size_t out_item, std::vector<Box>& boxes,
+                  std::vector<uint32_t>& ranks) {
   if (!target.rank_files()) {
     boxes.push_back(whole_box(t));
     ranks.push_back(0);
@@ -60,14 +61,15 @@ void target_boxes(const Checkpoint& ck, const TensorMeta& t, const Target& targe
 }
 
 // Saved tensor `t`, written as `key`: one record per target box, each of the pieces of its chunks.
-PlannedTensor& plan_saved(const Checkpoint& ck, const TensorMeta& t, const std::string& key, const Target& target, int world,
-                          std::vector<uint64_t>& rank_bytes, WritePlan& plan) {
+PlannedTensor& plan_saved(const Checkpoint& ck, const TensorMeta& t, const std::string& key, const Target& target,
+                          int world, std::vector<uint64_t>& rank_bytes, WritePlan& plan) {
   PlannedTensor pt;
   pt.t = &t;
   pt.key = key;
   pt.src = *t.dtype;
   pt.dst = plan.cast.target(pt.src, key, t.fqn);
-  for (size_t c = 0; c < t.num_chunks(); ++c) pt.transformed = pt.transformed || (t.chunk_numel(c) > 0 && t.storage[c].transforms != 0);
+  for (size_t c = 0; c < t.num_chunks(); ++c)
+    pt.transformed = pt.transformed || (t.chunk_numel(c) > 0 && t.storage[c].transforms != 0);
   std::vector<Box> boxes;
   std::vector<uint32_t> ranks;
   target_boxes(ck, t, target, world, rank_bytes, itemsize(pt.dst), boxes, ranks);
@@ -81,7 +83,8 @@ PlannedTensor& plan_saved(const Checkpoint& ck, const TensorMeta& t, const std::
     r.out_bytes = r.box.numel() * itemsize(pt.dst);
     r.runs = std::all_of(r.pieces.begin(), r.pieces.end(), [](const Piece& p) { return p.run; });
     r.streams = r.out_bytes > 0 && runs_tile(r.pieces, r.box.numel() * itemsize(pt.src)) &&
-                std::none_of(r.pieces.begin(), r.pieces.end(), [&](const Piece& p) { return t.storage[p.chunk].transforms != 0; });
+                std::none_of(r.pieces.begin(), r.pieces.end(),
+                             [&](const Piece& p) { return t.storage[p.chunk].transforms != 0; });
     pt.records.push_back(plan.records.size());
     plan.total_bytes += r.out_bytes;
     plan.records.push_back(std::move(r));
@@ -117,7 +120,8 @@ void refuse_scaled_casts(const Checkpoint& ck, const WritePlan& plan) {
         throw UnsupportedError(Where(ck.metadata_path, std::nullopt, src),
                                "a scaled " + std::string(torch_name(pt.src)) + " weight (its scale is '" + scale +
                                    "'): casting it to " + torch_name(pt.dst) +
-                                   " without the scale would write wrong values, and dcpctl dequantizes only block scales named <weight>_scale_inv; "
+                                   " without the scale would write wrong values, and dcpctl dequantizes only block "
+                                   "scales named <weight>_scale_inv; "
                                    "without --dtype the weights and their scales are written as they are");
   }
 }
@@ -129,12 +133,14 @@ void refuse_scaled_casts(const Checkpoint& ck, const WritePlan& plan) {
 // is never streamed (its pieces need not come in output order), so it is assembled (.pt, DCP) or
 // written piece by piece at its offsets (safetensors). A mapped tensor has no saved layout to
 // keep: cast (keep_layout) shards it by rows over the source's ranks.
-void plan_parts(const Checkpoint& ck, const MappedTensor& mt, const Target& target, int world, std::vector<uint64_t>& rank_bytes,
-                CoverageCheck& coverage, WritePlan& plan) {
+void plan_parts(const Checkpoint& ck, const MappedTensor& mt, const Target& target, int world,
+                std::vector<uint64_t>& rank_bytes, CoverageCheck& coverage, WritePlan& plan) {
   const Metadata& md = ck.md;
   Target rows = target;
   rows.keep_layout = false;
-  if (!mt.meta.dtype) throw UnsupportedError(Where(ck.metadata_path, std::nullopt, mt.meta.fqn), "dtype " + mt.meta.dtype_name + " is unknown to dcpctl");
+  if (!mt.meta.dtype)
+    throw UnsupportedError(Where(ck.metadata_path, std::nullopt, mt.meta.fqn),
+                           "dtype " + mt.meta.dtype_name + " is unknown to dcpctl");
   bool covered = true;
   for (const MapPart& part : mt.parts) covered = coverage.covered(md.tensors[part.tensor]) && covered;
   if (!covered) return;
@@ -190,7 +196,8 @@ int target_world(const Metadata& md, const Target& target) {
 
 // Each selected item planned: a value as it is, a mapped tensor from its parts, a saved one from
 // its chunks; refused where incomplete or of a type the target cannot hold.
-void plan_items(const Checkpoint& ck, const Target& target, int world, std::vector<uint64_t>& rank_bytes, WritePlan& plan) {
+void plan_items(const Checkpoint& ck, const Target& target, int world, std::vector<uint64_t>& rank_bytes,
+                WritePlan& plan) {
   const Metadata& md = ck.md;
   CoverageCheck coverage;
   for (const auto& it : plan.items) {
@@ -205,8 +212,10 @@ void plan_items(const Checkpoint& ck, const Target& target, int world, std::vect
     }
     if (!t.dtype)
       throw UnsupportedError(Where(ck.metadata_path, std::nullopt, t.fqn),
-                             opaque_type(ck, t) ? std::string(layout_reader(ck.layout).opaque_types) + " " + t.dtype_name + ": dcpctl lists and checks it but does not decode its values"
-                                                : "dtype " + t.dtype_name + " is unknown to dcpctl");
+                             opaque_type(ck, t)
+                                 ? std::string(layout_reader(ck.layout).opaque_types) + " " + t.dtype_name +
+                                       ": dcpctl lists and checks it but does not decode its values"
+                                 : "dtype " + t.dtype_name + " is unknown to dcpctl");
     if (!coverage.covered(t)) continue;
     plan_saved(ck, t, it.key, target, world, rank_bytes, plan);
   }
@@ -218,12 +227,13 @@ void plan_items(const Checkpoint& ck, const Target& target, int world, std::vect
       throw UnsupportedError(Where(ck.metadata_path, std::nullopt, pt.t->fqn),
                              std::string("safetensors has no type for torch.") + torch_name(pt.dst) +
                                  "; exclude it (--exclude), cast it (--dtype) or write a .pt");
-  if (plan.tensors.empty()) throw UsageError(Where(ck.dir), "the selection holds no tensors; safetensors holds tensors only");
+  if (plan.tensors.empty())
+    throw UsageError(Where(ck.dir), "the selection holds no tensors; safetensors holds tensors only");
 }
 
 // What each record holds at once, and the budget: refused where one record needs more than it.
-void plan_needs(const Checkpoint& ck, const Target& target, const std::function<bool(const TensorMeta&, size_t)>& in_place,
-                WritePlan& plan) {
+void plan_needs(const Checkpoint& ck, const Target& target,
+                const std::function<bool(const TensorMeta&, size_t)>& in_place, WritePlan& plan) {
   const Record* neediest = nullptr;
   for (auto& pt : plan.tensors) {
     uint64_t read_need = target.rank_files() ? source_read_need(plan.records, pt.records) : 0;
@@ -252,8 +262,8 @@ void plan_needs(const Checkpoint& ck, const Target& target, const std::function<
   if (plan.largest_need > plan.budget)
     throw UsageError(Where(ck.metadata_path, std::nullopt, plan.meta(*neediest).fqn),
                      "writing " + neediest->box.text() + " needs " + std::to_string(plan.largest_need) +
-                         " bytes of buffers at once, more than --max-memory " + std::to_string(plan.budget) + "; raise --max-memory" +
-                         (target.rank_files() ? " or use more target ranks" : ""));
+                         " bytes of buffers at once, more than --max-memory " + std::to_string(plan.budget) +
+                         "; raise --max-memory" + (target.rank_files() ? " or use more target ranks" : ""));
 }
 
 // The files and the records each holds, named by the format.
@@ -267,7 +277,8 @@ void lay_out_files(const Target& target, int world, const std::vector<uint64_t>&
       uint64_t cap = target.format->sharded ? target.max_shard_size : UINT64_MAX;
       for (size_t i = 0; i < plan.records.size(); ++i) {
         Record& r = plan.records[i];
-        if (plan.files.empty() || (plan.files.back().data_bytes + r.out_bytes > cap && !plan.files.back().records.empty()))
+        if (plan.files.empty() ||
+            (plan.files.back().data_bytes + r.out_bytes > cap && !plan.files.back().records.empty()))
           plan.files.emplace_back();
         PlannedFile& f = plan.files.back();
         r.dest = static_cast<uint32_t>(plan.files.size() - 1);
@@ -307,20 +318,29 @@ namespace {
 
 json describe_record(const WritePlan& plan, const Record& r) {
   const PlannedTensor& pt = plan.tensors[r.tensor];
-  json out = {{"key", pt.key}, {"dtype", torch_name(pt.dst)}, {"shape", pt.t->shape}, {"box", r.box.text()}, {"file", plan.files[r.dest].name},
-              {"bytes", r.out_bytes}, {"streams", r.streams}, {"need", r.need}};
+  json out = {{"key", pt.key},
+              {"dtype", torch_name(pt.dst)},
+              {"shape", pt.t->shape},
+              {"box", r.box.text()},
+              {"file", plan.files[r.dest].name},
+              {"bytes", r.out_bytes},
+              {"streams", r.streams},
+              {"need", r.need}};
   if (pt.mapped) out["from"] = {{"keys", pt.mapped->inputs}, {"transforms", pt.mapped->transforms}};
   return out;
 }
 
 json describe_piece(const Piece& p, bool mapped) {
-  if (mapped) return {{"tensor", p.source->fqn}, {"chunk", p.chunk}, {"box", p.in.text()}, {"bytes", p.bytes}, {"in_place", p.run}};
+  if (mapped)
+    return {
+        {"tensor", p.source->fqn}, {"chunk", p.chunk}, {"box", p.in.text()}, {"bytes", p.bytes}, {"in_place", p.run}};
   return {{"chunk", p.chunk}, {"box", p.in.text()}, {"bytes", p.bytes}, {"in_place", p.run}};
 }
 
 // `j` as json::dump(2) writes it where it stands `indent` spaces in.
 void dump_at(std::string& out, const json& j, unsigned indent) {
-  nlohmann::detail::serializer<json> s(nlohmann::detail::output_adapter<char, std::string>(out), ' ', json::error_handler_t::strict);
+  nlohmann::detail::serializer<json> s(nlohmann::detail::output_adapter<char, std::string>(out), ' ',
+                                       json::error_handler_t::strict);
   s.dump(j, true, false, 2, indent);
 }
 
@@ -338,7 +358,8 @@ void put_uint(std::string& out, uint64_t v) {
   char buf[24];
   char* e = buf + sizeof buf;
   char* b = e;
-  do *--b = static_cast<char>('0' + v % 10); while (v /= 10);
+  do *--b = static_cast<char>('0' + v % 10);
+  while (v /= 10);
   out.append(b, e);
 }
 

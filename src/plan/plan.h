@@ -28,12 +28,12 @@
 #include <nlohmann/json.hpp>
 
 #include "meta/checkpoint.h"
-#include "view/maps/keymap.h"
-#include "plan/checks.h"
 #include "meta/pieces.h"
 #include "meta/select.h"
-#include "util/dtype.h"
+#include "plan/checks.h"
 #include "plan/format.h"
+#include "util/dtype.h"
+#include "view/maps/keymap.h"
 
 namespace dcpctl {
 
@@ -60,8 +60,8 @@ struct Target {
 
 // One unit of write work: a box of a tensor, written to one place.
 struct Record {
-  size_t tensor = 0;       // index into WritePlan::tensors
-  Box box;                 // the whole tensor, or one target chunk
+  size_t tensor = 0;  // index into WritePlan::tensors
+  Box box;            // the whole tensor, or one target chunk
   std::vector<Piece> pieces;
   uint32_t dest = 0;       // output file (AtOffsets), target rank (RankFiles); 0 for InOrder's one file
   uint64_t offset = 0;     // AtOffsets: where the record's bytes start in its file's data section
@@ -70,7 +70,7 @@ struct Record {
   // Every piece a run of an untransformed chunk, the runs tiling the box, and not empty: the
   // record's bytes go out in order, each piece read in place a window at a time.
   bool streams = false;
-  uint64_t need = 0;       // bytes of buffers writing the record holds at once
+  uint64_t need = 0;  // bytes of buffers writing the record holds at once
   // AtOffsets, a run read in place: elements per copy window (Target::window, made smaller
   // when that would not fit --max-memory); its need is one window and its cast.
   uint64_t window_elems = 0;
@@ -81,7 +81,7 @@ struct PlannedTensor {
   // The saved tensor; for a key map's output (`mapped`) its synthetic TensorMeta (its shape and
   // dtype; its bytes are in the pieces' source tensors), or the tensor it renames (`renamed`).
   const TensorMeta* t = nullptr;
-  std::string key;   // the output key (after --select)
+  std::string key;  // the output key (after --select)
   DType src{}, dst{};
   bool transformed = false;  // some chunk is stream-transformed (zstd)
   // A key map's output in the table written (view/maps/map_view.h, DerivedTable::parts): what it is

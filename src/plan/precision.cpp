@@ -4,11 +4,11 @@
 
 #include <algorithm>
 
-#include "meta/checkpoint.h"
 #include "check/hf_schema.h"
-#include "view/maps/keymap_terms.h"
+#include "meta/checkpoint.h"
 #include "store/file.h"
 #include "util/error.h"
+#include "view/maps/keymap_terms.h"
 
 namespace dcpctl {
 
@@ -227,8 +227,9 @@ std::string PrecisionPolicy::reason(const std::string& key) const {
   const Decision d = decide(key);
   if (d.rule) return d.rule->reason;
   if (!d.schema || *d.schema == '-' || *d.schema == 'i') return {};
-  return "transformers " + hf_schema().transformers + " " + schema_->cls + " (model_type " + schema_->type + ") keeps " +
-         schema_->named_pattern(schema_pattern(key)) + " in " + (*d.schema == 'f' ? "float32" : std::string(1, *d.schema)) + " when it loads in " +
+  return "transformers " + hf_schema().transformers + " " + schema_->cls + " (model_type " + schema_->type +
+         ") keeps " + schema_->named_pattern(schema_pattern(key)) + " in " +
+         (*d.schema == 'f' ? "float32" : std::string(1, *d.schema)) + " when it loads in " +
          (schema_fp16_ ? "float16" : "bfloat16") + " (model schema)";
 }
 

@@ -66,8 +66,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "view/maps/keymap.h"
 #include "util/dtype.h"
+#include "view/maps/keymap.h"
 
 namespace dcpctl {
 

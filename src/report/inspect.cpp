@@ -9,8 +9,8 @@
 #include "meta/geometry.h"
 #include "meta/lora_keys.h"
 #include "meta/readers.h"
-#include "view/codecs/quantized.h"
 #include "meta/shared_records.h"
+#include "view/codecs/quantized.h"
 
 namespace dcpctl {
 
@@ -24,7 +24,9 @@ bool matches_any(const std::string& key, const std::vector<std::string>& globs) 
 
 namespace {
 
-json opt(const std::optional<std::string>& s) { return s ? json(*s) : json(nullptr); }
+json opt(const std::optional<std::string>& s) {
+  return s ? json(*s) : json(nullptr);
+}
 
 json path_json(const Metadata& md, const std::string& key) {
   auto it = md.planner_data.find(key);
@@ -56,7 +58,10 @@ json metadata_section(const Checkpoint& ck) {
   m["class"] = md.metadata_class;
   m["version"] = opt(md.version);
   // Dated from .metadata's classes and fields; per-rank torch.save files carry none of them.
-  m["writer_releases"] = ck.layout == CheckpointLayout::TorchSaveRanks || ck.layout == CheckpointLayout::TorchCheckpointing ? std::string("unknown") : md.writer_releases();
+  m["writer_releases"] =
+      ck.layout == CheckpointLayout::TorchSaveRanks || ck.layout == CheckpointLayout::TorchCheckpointing
+          ? std::string("unknown")
+          : md.writer_releases();
   m["strided_tensors"] = md.strided_tensors();
   Metadata::LoaderBound lb = md.oldest_loader();
   m["loadable_by"] = {{"oldest", lb.release.empty() ? json(nullptr) : json(lb.release)},
@@ -90,8 +95,10 @@ class Inventory {
  public:
   Inventory(const Checkpoint& ck, const InspectOptions& opts)
       : ck_(ck), md_(ck.md), opts_(opts), complete_(ck.incomplete.empty()), items_per_file_(ck.md.files.size(), 0) {
-    for (const auto& p : md_.problems) problems_.push_back({{"code", p.code}, {"key", p.where.key}, {"message", p.message}});
-    for (const auto& p : ck.incomplete) problems_.push_back({{"code", p.code}, {"key", p.where.key}, {"message", p.text()}});
+    for (const auto& p : md_.problems)
+      problems_.push_back({{"code", p.code}, {"key", p.where.key}, {"message", p.message}});
+    for (const auto& p : ck.incomplete)
+      problems_.push_back({{"code", p.code}, {"key", p.where.key}, {"message", p.text()}});
     for (const auto& t : md_.tensors) add_tensor(t);
     for (const auto& b : md_.bytes) add_bytes(b);
     add_files();
@@ -122,7 +129,8 @@ class Inventory {
               std::to_string(cov.missing_elements) + " elements covered by no chunk" +
                   (cov.holes.empty() ? "" : ", e.g. " + cov.holes[0].text()));
     if (cov.overlap_elements)
-      problem("chunk-overlap", t.fqn, std::to_string(cov.overlap_elements) + " elements covered by more than one chunk");
+      problem("chunk-overlap", t.fqn,
+              std::to_string(cov.overlap_elements) + " elements covered by more than one chunk");
     for (size_t c : cov.out_of_bounds)
       problem("chunk-out-of-bounds", t.fqn, "chunk " + std::to_string(c) + " reaches outside the tensor's shape");
     if (missing_storage)

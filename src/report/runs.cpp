@@ -20,10 +20,11 @@ json run_entry_json(const RunEntry& e) {
           {"optimizer", e.optimizer},
           {"mtime", e.mtime},
           {"symlink", e.symlink},
-          {"timing", {{"judged", e.judged},
-                      {"metadata_bytes", e.metadata_bytes},
-                      {"open_seconds", e.open_seconds},
-                      {"check_seconds", e.check_seconds}}}};
+          {"timing",
+           {{"judged", e.judged},
+            {"metadata_bytes", e.metadata_bytes},
+            {"open_seconds", e.open_seconds},
+            {"check_seconds", e.check_seconds}}}};
 }
 
 json run_folder_timing(const RunFolder& rf) {

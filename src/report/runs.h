@@ -9,7 +9,8 @@
 //          "metadata_bytes": metadata they read}              ls judges every checkpoint (reading
 //                                                             all of each one's metadata); latest
 //                                                             stops at the newest complete one
-// entry:  {"name", "path", "step" (int|null: several numbers in the name), "layout": "dcp"|"dcp-safetensors-items"|"dcp-rank-local"|
+// entry:  {"name", "path", "step" (int|null: several numbers in the name), "layout":
+// "dcp"|"dcp-safetensors-items"|"dcp-rank-local"|
 //          "hf-dcp"|"hf-safetensors"|null, "complete": bool, "problems": n,
 //          "why_incomplete": str|null, "bytes", "tensors", "dtypes": {dtype: tensors},
 //          "optimizer": bool, "mtime": seconds, "symlink": bool,

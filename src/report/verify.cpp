@@ -8,20 +8,20 @@
 #include <optional>
 #include <vector>
 
+#include "check/hf_checks.h"
 #include "item/hash_streams.h"
 #include "item/item_reader.h"
 #include "item/window.h"
 #include "meta/checkpoint.h"
-#include "meta/shared_records.h"
-#include "meta/structure.h"
 #include "meta/geometry.h"
-#include "check/hf_checks.h"
 #include "meta/manifest.h"
 #include "meta/readers.h"
-#include "util/crc32.h"
+#include "meta/shared_records.h"
+#include "meta/structure.h"
 #include "plan/memory.h"
 #include "report/integrity.h"
 #include "store/file.h"
+#include "util/crc32.h"
 #include "util/memory_gate.h"
 #include "util/parallel.h"
 #include "util/sha256.h"
@@ -70,8 +70,8 @@ class Collector {
 // aligned for O_DIRECT). The file's ledger checks the CRC-32 of the run's record as its bytes
 // pass. Every read after the first starts on a block, so no block is read twice.
 template <typename Take>
-void read_run(const DirectRun& r, bool past_cache, const std::string& key, uint8_t* buf, uint8_t* spare, uint64_t window,
-              Take&& take) {
+void read_run(const DirectRun& r, bool past_cache, const std::string& key, uint8_t* buf, uint8_t* spare,
+              uint64_t window, Take&& take) {
   uint8_t* const bufs[2] = {buf, spare};
   const uint64_t step = align_down(window - 2 * kDirectAlign);
   auto length = [&](uint64_t done) {  // the window that starts `done` bytes into the run
@@ -145,7 +145,9 @@ class DeepRead {
     for (const auto& t : md_.tensors) items.insert(items.end(), t.storage.begin(), t.storage.end());
     for (const auto& b : md_.bytes) items.push_back(b.storage);
     reader_.expect(items);
-    unsigned threads = opts.threads ? opts.threads : direct_ ? std::max(default_threads(), kDirectReaders) : default_threads();
+    unsigned threads = opts.threads ? opts.threads
+                       : direct_    ? std::max(default_threads(), kDirectReaders)
+                                    : default_threads();
     threads_ = static_cast<unsigned>(std::max<size_t>(1, std::min<size_t>(threads, items_count())));
     // Every buffer a worker holds is charged to the gate: windows of the full tensor (for
     // --checksum, hashed in C order) or of a chunk's dense bytes, at most max_memory / threads
@@ -236,7 +238,8 @@ class DeepRead {
   // reads ahead of them on threads of their own. The rest go through the workers.
   void hash_piped() {
     const unsigned cores = default_threads();
-    HashPipeline pipe = hash_pipeline(opts_.max_memory, opts_.threads ? std::min(opts_.threads, cores) : cores, kHashReaders);
+    HashPipeline pipe =
+        hash_pipeline(opts_.max_memory, opts_.threads ? std::min(opts_.threads, cores) : cores, kHashReaders);
     pipe.crc = want_crcs_;
     std::vector<std::optional<HashStream>> found(md_.tensors.size());
     if (pipe.slots)
@@ -258,7 +261,8 @@ class DeepRead {
     std::vector<size_t> which;
     for (size_t i = 0; i < found.size(); ++i)
       if (found[i]) streams.push_back(std::move(*found[i])), which.push_back(i);
-    std::vector<StreamDigest> digests = streams.empty() ? std::vector<StreamDigest>{} : hash_streams(streams, pipe, gate_);
+    std::vector<StreamDigest> digests =
+        streams.empty() ? std::vector<StreamDigest>{} : hash_streams(streams, pipe, gate_);
     for (size_t k = 0; k < streams.size(); ++k) {
       piped_[which[k]] = 1;
       if (digests[k].error) {
@@ -290,7 +294,8 @@ class DeepRead {
   void read_tensor(const TensorMeta& t, WorkerBuffers& buf) {
     const size_t item = itemsize(*t.dtype);
     bool all_present = true;
-    for (size_t c = 0; c < t.num_chunks(); ++c) all_present = all_present && (t.storage[c].present() || t.chunk_numel(c) == 0);
+    for (size_t c = 0; c < t.num_chunks(); ++c)
+      all_present = all_present && (t.storage[c].present() || t.chunk_numel(c) == 0);
     std::vector<uint64_t> needs(t.num_chunks());
     uint64_t decoded = 0, largest = 0;
     for (size_t c = 0; c < t.num_chunks(); ++c) decoded = std::max(decoded, needs[c] = chunk_reader_need(t, c));
@@ -470,19 +475,22 @@ uint64_t compare_tensor_digests(const ManifestReport& manifest, Digests& d, Coll
   for (const auto& [key, want] : *manifest.tensors) {
     const Where where(manifest.path, std::nullopt, key);
     if (!d.checksums.contains(key)) {
-      col.problem("manifest-tensor-mismatch", where, "the manifest lists this tensor and the checkpoint has no such tensor");
+      col.problem("manifest-tensor-mismatch", where,
+                  "the manifest lists this tensor and the checkpoint has no such tensor");
     } else if (crc && d.crcs[key] != want) {
-      col.problem("manifest-tensor-mismatch", where, "CRC-32 " + d.crcs[key] + " differs from " + want + " the manifest records");
+      col.problem("manifest-tensor-mismatch", where,
+                  "CRC-32 " + d.crcs[key] + " differs from " + want + " the manifest records");
     } else if (!crc && d.checksums[key].get<std::string>() != want) {
       col.problem("manifest-tensor-mismatch", where,
-                  "SHA-256 " + d.checksums[key].get<std::string>().substr(0, 16) + "... differs from " + want.substr(0, 16) +
-                      "... the manifest records");
+                  "SHA-256 " + d.checksums[key].get<std::string>().substr(0, 16) + "... differs from " +
+                      want.substr(0, 16) + "... the manifest records");
     }
     ++compared;
   }
   for (const auto& [key, got] : d.checksums.items())
     if (!manifest.tensors->count(key))
-      col.problem("manifest-tensor-mismatch", Where(manifest.path, std::nullopt, key), "a tensor the manifest does not list");
+      col.problem("manifest-tensor-mismatch", Where(manifest.path, std::nullopt, key),
+                  "a tensor the manifest does not list");
   return compared;
 }
 
@@ -492,16 +500,18 @@ void add_manifest(const std::string& dir, const VerifyOptions& opts, Digests& d,
   const ManifestReport manifest = check_manifest(dir, opts.threads ? opts.threads : default_threads());
   for (const auto& p : manifest.problems) col.problem(p.code, p.where, p.message);
   uint64_t tensors_compared = 0;
-  if (manifest.present && manifest.tensors && opts.checksum) tensors_compared = compare_tensor_digests(manifest, d, col);
-  out["manifest"] = manifest.present ? json{{"path", manifest.path},
-                                            {"algorithm", algorithm_name(manifest.algorithm)},
-                                            {"files", manifest.files},
-                                            {"bytes_read", manifest.bytes_read},
-                                            {"tensors", manifest.tensors ? json(manifest.tensors->size()) : json(nullptr)},
-                                            {"tensors_compared", tensors_compared},
-                                            {"source", manifest.source.empty() ? json(nullptr) : json(manifest.source)},
-                                            {"written_by", manifest.tool_version}}
-                                     : json(nullptr);
+  if (manifest.present && manifest.tensors && opts.checksum)
+    tensors_compared = compare_tensor_digests(manifest, d, col);
+  out["manifest"] = manifest.present
+                        ? json{{"path", manifest.path},
+                               {"algorithm", algorithm_name(manifest.algorithm)},
+                               {"files", manifest.files},
+                               {"bytes_read", manifest.bytes_read},
+                               {"tensors", manifest.tensors ? json(manifest.tensors->size()) : json(nullptr)},
+                               {"tensors_compared", tensors_compared},
+                               {"source", manifest.source.empty() ? json(nullptr) : json(manifest.source)},
+                               {"written_by", manifest.tool_version}}
+                        : json(nullptr);
 }
 
 }  // namespace

@@ -59,7 +59,9 @@ CurlLoad load_curl(const char* library) {
 const CurlApi& curl(const std::string& path) {
   static const CurlLoad loaded = load_curl(kCurlLibrary);
   if (!loaded.error.empty())
-    throw UnsupportedError(Where(path), loaded.error + ": s3:// and gs:// paths need libcurl 7.85 or later (Debian, Ubuntu: apt-get install libcurl4)");
+    throw UnsupportedError(
+        Where(path),
+        loaded.error + ": s3:// and gs:// paths need libcurl 7.85 or later (Debian, Ubuntu: apt-get install libcurl4)");
   return loaded.api;
 }
 

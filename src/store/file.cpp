@@ -19,7 +19,6 @@
 #include <set>
 #include <vector>
 
-
 namespace dcpctl {
 
 namespace {
@@ -248,7 +247,8 @@ void ReadFile::no_readahead() const {
 
 void ReadFile::prefetch(uint64_t offset, uint64_t n) const {
   if (remote_ || n == 0 || offset >= size_) return;
-  (void)::posix_fadvise(fd_, static_cast<off_t>(offset), static_cast<off_t>(std::min(n, size_ - offset)), POSIX_FADV_WILLNEED);
+  (void)::posix_fadvise(fd_, static_cast<off_t>(offset), static_cast<off_t>(std::min(n, size_ - offset)),
+                        POSIX_FADV_WILLNEED);
 }
 
 bool ReadFile::cached(uint64_t offset, uint64_t n) const {
@@ -316,8 +316,8 @@ const uint8_t* ReadFile::read_direct(uint64_t offset, size_t n, uint8_t* buf, co
 
 void ReadFile::check_range(uint64_t offset, size_t n, const std::string& key) const {
   if (offset > size_ || n > size_ - offset)
-    throw FormatError(Where(path_, offset, key), std::to_string(n) + " bytes run past the end of the file (" +
-                                                     std::to_string(size_) + " bytes)");
+    throw FormatError(Where(path_, offset, key),
+                      std::to_string(n) + " bytes run past the end of the file (" + std::to_string(size_) + " bytes)");
 }
 
 void ReadFile::read_near(uint64_t offset, void* buf, size_t n, uint64_t lo, uint64_t hi, const std::string& key) const {
@@ -327,7 +327,8 @@ void ReadFile::read_near(uint64_t offset, void* buf, size_t n, uint64_t lo, uint
   ledger_->saw(path_, offset, static_cast<const uint8_t*>(buf), n);
 }
 
-std::vector<std::pair<uint64_t, uint64_t>> join_spans(std::vector<std::pair<uint64_t, uint64_t>> ranges, uint64_t size) {
+std::vector<std::pair<uint64_t, uint64_t>> join_spans(std::vector<std::pair<uint64_t, uint64_t>> ranges,
+                                                      uint64_t size) {
   std::sort(ranges.begin(), ranges.end());
   std::vector<std::pair<uint64_t, uint64_t>> spans;
   for (auto [off, len] : ranges) {

@@ -127,9 +127,9 @@ class ReadFile {
   std::string path_;
   int fd_ = -1;
   bool remote_ = false;
-  store::ObjectStore* store_ = nullptr;  // an object's store
-  store::Location loc_;                  // and where it is there
-  uint64_t remote_id_ = 0;  // this object's entries in the block cache
+  store::ObjectStore* store_ = nullptr;               // an object's store
+  store::Location loc_;                               // and where it is there
+  uint64_t remote_id_ = 0;                            // this object's entries in the block cache
   std::vector<std::pair<uint64_t, uint64_t>> spans_;  // expect(): sorted [start, end), disjoint
   uint64_t size_ = 0;
   DirectFd direct_;
@@ -152,9 +152,15 @@ static_assert(kIoBufferAlign % kDirectAlign == 0, "an IoBuffer (util/io_buffer.h
 // cache is cheap and O_DIRECT's latency is not.
 constexpr uint64_t kDirectMinRun = 1ull << 20;
 // Rounding to kDirectAlign: offsets and lengths down and up, and a buffer's first aligned byte.
-inline uint64_t align_down(uint64_t x) { return x & ~(kDirectAlign - 1); }
-inline uint64_t align_up(uint64_t x) { return align_down(x + kDirectAlign - 1); }
-inline uint8_t* align_up(uint8_t* p) { return p + (kDirectAlign - reinterpret_cast<uintptr_t>(p) % kDirectAlign) % kDirectAlign; }
+inline uint64_t align_down(uint64_t x) {
+  return x & ~(kDirectAlign - 1);
+}
+inline uint64_t align_up(uint64_t x) {
+  return align_down(x + kDirectAlign - 1);
+}
+inline uint8_t* align_up(uint8_t* p) {
+  return p + (kDirectAlign - reinterpret_cast<uintptr_t>(p) % kDirectAlign) % kDirectAlign;
+}
 // Bytes read_direct reads for [offset, offset + n): the aligned blocks around them.
 inline uint64_t direct_span(uint64_t offset, uint64_t n) {
   return align_up(offset + n) - align_down(offset);

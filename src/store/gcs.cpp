@@ -38,7 +38,8 @@ Config Config::load(const std::function<std::optional<std::string>(const char*)>
     c.emulator = true;
   } else if (std::string ep = get("DCPCTL_GCS_ENDPOINT"); !ep.empty()) {
     while (ep.size() > 8 && ep.back() == '/') ep.pop_back();
-    if (ep.find("://") == std::string::npos) throw UsageError(Where(), "DCPCTL_GCS_ENDPOINT must be a URL (https://host[:port]), not '" + ep + "'");
+    if (ep.find("://") == std::string::npos)
+      throw UsageError(Where(), "DCPCTL_GCS_ENDPOINT must be a URL (https://host[:port]), not '" + ep + "'");
     c.endpoint = ep;
   }
   std::string attempts = get("GCS_MAX_ATTEMPTS");
@@ -46,7 +47,8 @@ Config Config::load(const std::function<std::optional<std::string>(const char*)>
   if (!attempts.empty()) {
     uint64_t v = 0;
     if (!parse_u64(attempts, v) || v < 1 || v > 100)
-      throw UsageError(Where(), "GCS_MAX_ATTEMPTS / AWS_MAX_ATTEMPTS must be a whole number from 1 to 100, not '" + attempts + "'");
+      throw UsageError(
+          Where(), "GCS_MAX_ATTEMPTS / AWS_MAX_ATTEMPTS must be a whole number from 1 to 100, not '" + attempts + "'");
     c.max_attempts = static_cast<int>(v);
   }
   return c;
@@ -109,7 +111,8 @@ ListPage parse_list_page(std::string_view text, const std::string& url) {
 uint64_t parse_object_size(std::string_view text, const std::string& url) {
   json j = parse_json(text, url, "the object's metadata");
   auto it = j.find("size");
-  if (it == j.end() || !size_field(*it)) throw IoError(Where(url), "the object's metadata has no byte count for its size");
+  if (it == j.end() || !size_field(*it))
+    throw IoError(Where(url), "the object's metadata has no byte count for its size");
   return *size_field(*it);
 }
 
@@ -242,7 +245,8 @@ store::http::Response Client::perform(Request& req) {
     if (failed.empty()) {
       if (resp.status >= 200 && resp.status < 300) {
         if (req.dest && resp.got != req.dest_size) {
-          last = "the answer held " + std::to_string(resp.got) + " of the " + std::to_string(req.dest_size) + " bytes asked for";
+          last = "the answer held " + std::to_string(resp.got) + " of the " + std::to_string(req.dest_size) +
+                 " bytes asked for";
         } else {
           return resp;
         }
@@ -257,7 +261,8 @@ store::http::Response Client::perform(Request& req) {
           try {
             token = tokens_->refresh_after_refused(token);
           } catch (const IoError& e) {
-            throw IoError(Where(req.url), what + ", and fetching a new token (" + token->source + ") failed: " + e.what());
+            throw IoError(Where(req.url),
+                          what + ", and fetching a new token (" + token->source + ") failed: " + e.what());
           }
           counters_.retries.fetch_add(1, std::memory_order_relaxed);
           continue;
@@ -268,7 +273,8 @@ store::http::Response Client::perform(Request& req) {
           if (resp.status == 401 || resp.status == 403)
             throw IoError(Where(req.url), "access denied (" + what + "); credentials from " +
                                               (token->source.empty() ? "nowhere" : token->source));
-          throw IoError(Where(req.url), what + (attempt > 1 ? " (after " + std::to_string(attempt) + " attempts)" : ""));
+          throw IoError(Where(req.url),
+                        what + (attempt > 1 ? " (after " + std::to_string(attempt) + " attempts)" : ""));
         }
         last = what;
       }
@@ -276,8 +282,8 @@ store::http::Response Client::perform(Request& req) {
       last = failed;
     }
     if (attempt >= policy.max_attempts)
-      throw IoError(Where(req.url), std::string(req.method) + " failed after " + std::to_string(attempt) + " attempts: " +
-                                        last + " (endpoint " + cfg_.endpoint + ")");
+      throw IoError(Where(req.url), std::string(req.method) + " failed after " + std::to_string(attempt) +
+                                        " attempts: " + last + " (endpoint " + cfg_.endpoint + ")");
     counters_.retries.fetch_add(1, std::memory_order_relaxed);
     std::optional<uint64_t> after;
     if (resp.status == 429 || resp.status == 503) after = resp.retry_after_s;
@@ -405,7 +411,8 @@ void Client::complete_upload(const Location& loc, const std::string& id, const s
   for (size_t l = 0; l + 1 < levels.size(); ++l) {
     // The composites of a level are independent requests: sent kTempThreads at a time.
     std::vector<std::string> made(levels[l].size());
-    for (size_t g = 0; g < made.size(); ++g) made[g] = parts_prefix(loc, id) + "c" + std::to_string(l) + "-" + std::to_string(g);
+    for (size_t g = 0; g < made.size(); ++g)
+      made[g] = parts_prefix(loc, id) + "c" + std::to_string(l) + "-" + std::to_string(g);
     temps.insert(temps.end(), made.begin(), made.end());
     parallel_for(made.size(), kTempThreads, [&](size_t g) {
       std::vector<std::string> sources;
@@ -436,9 +443,11 @@ std::vector<std::pair<Location, std::string>> Client::open_uploads(const Locatio
   size_t slash = under.key.find_last_of('/');
   const std::string folder = slash == std::string::npos ? "" : under.key.substr(0, slash + 1);
   std::set<std::pair<std::string, std::string>> found;
-  for (const Location& where : {under.with_key(folder + "." + under.key.substr(folder.size()) + kPartsMarker), under.with_key(under.key + "/")})
+  for (const Location& where :
+       {under.with_key(folder + "." + under.key.substr(folder.size()) + kPartsMarker), under.with_key(under.key + "/")})
     for (const auto& [key, size] : list_objects(where, false).objects)
-      if (auto u = upload_of_part(key); u && (u->first == under.key || u->first.rfind(under.key + "/", 0) == 0)) found.insert(*u);
+      if (auto u = upload_of_part(key); u && (u->first == under.key || u->first.rfind(under.key + "/", 0) == 0))
+        found.insert(*u);
   std::vector<std::pair<Location, std::string>> out;
   for (const auto& [key, id] : found) out.emplace_back(under.with_key(key), id);
   return out;

@@ -53,7 +53,7 @@ using store::Location;
 
 struct Config {
   std::string endpoint = "https://storage.googleapis.com";  // scheme://host[:port], no trailing '/'
-  bool emulator = false;                                     // STORAGE_EMULATOR_HOST: no credentials
+  bool emulator = false;                                    // STORAGE_EMULATOR_HOST: no credentials
   int max_attempts = 5;
   static Config load(const std::function<std::optional<std::string>(const char*)>& env);
   static Config from_environment();

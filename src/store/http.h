@@ -29,7 +29,7 @@ struct Request {
   // range_offset bytes are skipped), else into Response::body.
   uint8_t* dest = nullptr;
   uint64_t dest_size = 0, range_offset = 0;
-  bool unbounded = false;  // a body of any size; else at most kMaxBody
+  bool unbounded = false;      // a body of any size; else at most kMaxBody
   std::string sigv4, userpwd;  // libcurl's SigV4 signing ("aws:amz:REGION:s3"; "KEY:SECRET"), or none
   long connect_timeout_s = 10;
   static constexpr size_t kMaxBody = 64u << 20;  // an answer kept in memory (listing pages, errors)

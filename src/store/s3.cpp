@@ -21,7 +21,6 @@
 
 namespace dcpctl::s3 {
 
-
 // ---------------------------------------------------------------------------------------------
 // Configuration
 
@@ -501,7 +500,6 @@ store::Listing Client::list_objects(const Location& prefix, bool delimited) {
   return out;
 }
 
-
 bool Client::any_object(const Location& prefix) {
   std::string token;
   for (;;) {  // a page may come back empty but truncated (a server that skips folders it walks)
@@ -592,7 +590,8 @@ std::vector<std::pair<Location, std::string>> Client::open_uploads(const Locatio
     r.loc = under.with_key("");
     r.display = under.url();
     // Sorted by name, as SigV4's canonical query wants them.
-    r.query = (key_marker.empty() ? "" : "key-marker=" + uri_encode(key_marker, false) + "&") + "prefix=" + uri_encode(under.key, false) +
+    r.query = (key_marker.empty() ? "" : "key-marker=" + uri_encode(key_marker, false) + "&") +
+              "prefix=" + uri_encode(under.key, false) +
               (id_marker.empty() ? "" : "&upload-id-marker=" + uri_encode(id_marker, false)) + "&uploads=";
     Response resp = perform(r);
     std::string root, key, id, next_key, next_id, problem;
@@ -615,7 +614,8 @@ std::vector<std::pair<Location, std::string>> Client::open_uploads(const Locatio
       if (path.size() == 2 && path[1] == "NextKeyMarker") next_key = text;
       if (path.size() == 2 && path[1] == "NextUploadIdMarker") next_id = text;
     };
-    if (auto err = walk_xml(resp.body, w)) throw IoError(Where(under.url()), "malformed upload listing from the server: " + *err);
+    if (auto err = walk_xml(resp.body, w))
+      throw IoError(Where(under.url()), "malformed upload listing from the server: " + *err);
     if (root != "ListMultipartUploadsResult")
       throw IoError(Where(under.url()), "malformed upload listing from the server: root element '" + root + "'");
     if (!problem.empty()) throw IoError(Where(under.url()), "malformed upload listing from the server: " + problem);

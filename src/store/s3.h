@@ -117,7 +117,8 @@ class Client final : public store::ObjectStore {
   bool any_object(const Location& prefix) override;
   void put(const Location&, const void* data, size_t n) override;
   std::string start_upload(const Location&) override;  // CreateMultipartUpload -> upload id
-  std::string upload_part(const Location&, const std::string& id, int part, const void* data, size_t n) override;  // -> ETag
+  std::string upload_part(const Location&, const std::string& id, int part, const void* data,
+                          size_t n) override;  // -> ETag
   void complete_upload(const Location&, const std::string& id, const std::vector<std::string>& etags) override;
   void abort_upload(const Location&, const std::string& id) override;
   std::vector<std::pair<Location, std::string>> open_uploads(const Location& under) override;  // ListMultipartUploads
@@ -135,7 +136,7 @@ class Client final : public store::ObjectStore {
   // How many times keys were fetched (1, then one per refresh).
   uint64_t credential_fetches() const;
 
-  struct Request;   // s3.cpp
+  struct Request;  // s3.cpp
   using Response = store::http::Response;
 
  private:

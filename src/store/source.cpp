@@ -17,7 +17,8 @@ void FileWindow::read(uint64_t pos, void* buf, size_t n) const {
   file_.read_near(base_ + pos, buf, n, base_, base_ + length_, key_);
 }
 
-void ByteSource::watch_crc(uint64_t pos, uint64_t n, uint32_t crc, const Where& where, const std::string& record) const {
+void ByteSource::watch_crc(uint64_t pos, uint64_t n, uint32_t crc, const Where& where,
+                           const std::string& record) const {
   std::vector<uint8_t> buf(std::min<uint64_t>(n, 1 << 20));
   uint32_t got = 0;
   for (uint64_t done = 0; done < n;) {
@@ -29,9 +30,9 @@ void ByteSource::watch_crc(uint64_t pos, uint64_t n, uint32_t crc, const Where& 
   if (got != crc) throw_crc_mismatch(where, record, n, crc, got);
 }
 
-void FileWindow::watch_crc(uint64_t pos, uint64_t n, uint32_t crc, const Where& where, const std::string& record) const {
-  if (pos > length_ || n > length_ - pos)
-    throw FormatError(where, "record '" + record + "' runs past the item's end");
+void FileWindow::watch_crc(uint64_t pos, uint64_t n, uint32_t crc, const Where& where,
+                           const std::string& record) const {
+  if (pos > length_ || n > length_ - pos) throw FormatError(where, "record '" + record + "' runs past the item's end");
   file_.ledger().watch(file_.path(), base_ + pos, n, crc, where.key, record);
 }
 
@@ -63,7 +64,8 @@ void MemorySource::read(uint64_t pos, void* buf, size_t n) const {
   if (n == 0) return;
   auto* out = static_cast<uint8_t*>(buf);
   // First block holding pos: blocks are in order of start.
-  auto it = std::upper_bound(blocks_.begin(), blocks_.end(), pos, [](uint64_t p, const Block& b) { return p < b.start; });
+  auto it =
+      std::upper_bound(blocks_.begin(), blocks_.end(), pos, [](uint64_t p, const Block& b) { return p < b.start; });
   for (--it; n; ++it) {
     size_t off = static_cast<size_t>(pos - it->start);
     size_t k = std::min(n, it->capacity - off);

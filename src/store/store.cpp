@@ -49,9 +49,12 @@ Location parse_url(const std::string& url) {
   for (char c : loc.bucket)
     ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_');
   if (!ok)
-    throw UsageError(Where(url), "malformed " + s + " URL: expected " + s + "BUCKET/KEY with a 3-63 character bucket name");
-  if (!loc.key.empty() && loc.key[0] == '/') throw UsageError(Where(url), "malformed " + s + " URL: '//' after the bucket name");
-  if (loc.key.find("//") != std::string::npos) throw UsageError(Where(url), "malformed " + s + " URL: empty path segment ('//')");
+    throw UsageError(Where(url),
+                     "malformed " + s + " URL: expected " + s + "BUCKET/KEY with a 3-63 character bucket name");
+  if (!loc.key.empty() && loc.key[0] == '/')
+    throw UsageError(Where(url), "malformed " + s + " URL: '//' after the bucket name");
+  if (loc.key.find("//") != std::string::npos)
+    throw UsageError(Where(url), "malformed " + s + " URL: empty path segment ('//')");
   return loc;
 }
 

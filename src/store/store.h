@@ -109,16 +109,17 @@ class ObjectStore : public Store {
   ~ObjectStore() override;
 
   // ---- the wire protocol: one store's requests ----
-  virtual std::optional<uint64_t> size_of(const Location&) = 0;                      // nullopt when missing
+  virtual std::optional<uint64_t> size_of(const Location&) = 0;                         // nullopt when missing
   virtual void get_range(const Location&, uint64_t offset, uint64_t n, void* buf) = 0;  // exactly n bytes or throws
-  virtual Listing list_objects(const Location& prefix, bool delimited) = 0;          // every page
+  virtual Listing list_objects(const Location& prefix, bool delimited) = 0;             // every page
   // Whether any object's key starts with `prefix`: a listed folder is not enough, as SeaweedFS keeps
   // listing a folder whose objects were all deleted, for minutes (AWS never lists an empty one).
   virtual bool any_object(const Location& prefix) = 0;
   virtual void put(const Location&, const void* data, size_t n) = 0;  // one request; the object appears
   // A multipart upload: nothing appears under the location until complete_upload succeeds.
   virtual std::string start_upload(const Location&) = 0;  // -> an upload id
-  virtual std::string upload_part(const Location&, const std::string& id, int part, const void* data, size_t n) = 0;  // -> the part's tag
+  virtual std::string upload_part(const Location&, const std::string& id, int part, const void* data,
+                                  size_t n) = 0;  // -> the part's tag
   virtual void complete_upload(const Location&, const std::string& id, const std::vector<std::string>& tags) = 0;
   virtual void abort_upload(const Location&, const std::string& id) = 0;
   // The uploads begun and neither completed nor aborted of the object `under` and of every object
@@ -154,7 +155,9 @@ class ObjectStore : public Store {
 // before that, so local commands never look).
 Store& for_path(const std::string& path);
 ObjectStore& of(const Location& loc);
-inline ObjectStore& of_url(const std::string& url) { return of(parse_url(url)); }
+inline ObjectStore& of_url(const std::string& url) {
+  return of(parse_url(url));
+}
 // The object stores this process made requests to, for --json.
 std::vector<const ObjectStore*> in_use();
 // Drops the listings every object store made remembers.

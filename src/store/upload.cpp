@@ -113,7 +113,6 @@ struct SignalRoute {
 };
 SignalRoute g_sig;
 
-
 // A thread that must not go on once a signal is being handled (it would start or complete an
 // upload, or report success): the cleanup thread ends the process.
 [[noreturn]] void park() {
@@ -127,7 +126,8 @@ void abort_quietly(const Entry& e, std::vector<std::string>& leftovers) noexcept
     store::of(e.loc).abort_upload(e.loc, e.id);
   } catch (const std::exception& x) {
     try {
-      leftovers.push_back("could not abort the upload of " + e.loc.url() + " (abort it or let a lifecycle rule): " + x.what());
+      leftovers.push_back("could not abort the upload of " + e.loc.url() +
+                          " (abort it or let a lifecycle rule): " + x.what());
     } catch (...) {
     }
   }
@@ -164,7 +164,9 @@ struct UploadSession::Impl {
 
 namespace {
 
-bool closing_locked(const Registry& reg) { return reg.closed || g_sig.signal.load() != 0; }
+bool closing_locked(const Registry& reg) {
+  return reg.closed || g_sig.signal.load() != 0;
+}
 
 // Writes the session's journal before its first upload begins (one PUT; the uploads it stands for
 // are found by listing, store::ObjectStore::open_uploads).
@@ -172,7 +174,8 @@ void journal_touch(UploadSession::Impl& s) {
   Journal& j = s.journal;
   std::lock_guard<std::mutex> lock(j.mu);
   if (!j.loc || j.written) return;
-  const std::string body = nlohmann::json{{"dcpctl_upload_journal", 1}, {"output", j.output}, {"pid", ::getpid()}}.dump();
+  const std::string body =
+      nlohmann::json{{"dcpctl_upload_journal", 1}, {"output", j.output}, {"pid", ::getpid()}}.dump();
   store::of(*j.loc).put(*j.loc, body.data(), body.size());
   j.written = true;
 }
@@ -210,9 +213,9 @@ void cleanup_thread() {
       // A part still being sent is waited for too: on a store whose parts are objects of their own
       // (GCS), one that lands after the abort listed the parts would be left behind.
       reg.cv.wait_for(lock, std::chrono::seconds(30), [&] {
-        return reg.sending == 0 &&
-               std::none_of(reg.entries.begin(), reg.entries.end(),
-                            [](const auto& e) { return e->state == Entry::Starting || e->state == Entry::Completing; });
+        return reg.sending == 0 && std::none_of(reg.entries.begin(), reg.entries.end(), [](const auto& e) {
+                 return e->state == Entry::Starting || e->state == Entry::Completing;
+               });
       });
       todo = reg.entries;
     }
@@ -496,7 +499,8 @@ void check_remote_output(const std::string& output_in, bool force, const std::st
 void clear_remote_prefix(const std::string& url) {
   store::Location loc = store::parse_url(strip_slashes(url));
   if (loc.key.empty())
-    throw UsageError(Where(url), "give a prefix inside the bucket (" + loc.scheme + "://bucket/name/), not the bucket itself");
+    throw UsageError(Where(url),
+                     "give a prefix inside the bucket (" + loc.scheme + "://bucket/name/), not the bucket itself");
   store::ObjectStore& c = store::of(loc);
   store::Listing l = c.list_objects(loc.with_key(loc.key + "/"), false);
   for (const auto& [key, size] : l.objects) c.remove(loc.with_key(key));
@@ -623,7 +627,8 @@ struct Upload::State {
   void flush_full() {
     wait_inflight();
     int number = next_part++;
-    std::shared_ptr<uint8_t[]> buf(cur.release(), [pool = &session->pool](uint8_t* p) { pool->give(std::unique_ptr<uint8_t[]>(p)); });
+    std::shared_ptr<uint8_t[]> buf(cur.release(),
+                                   [pool = &session->pool](uint8_t* p) { pool->give(std::unique_ptr<uint8_t[]>(p)); });
     uint64_t n = fill;
     fill = 0;
     inflight = std::async(std::launch::async, [this, number, buf, n] { send(number, buf.get(), n); });

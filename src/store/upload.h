@@ -27,8 +27,8 @@
 //     sent on a thread of its own while the lane that completed it writes on (parts in flight are
 //     bounded by the buffers, not the lanes: bench/link.sh); its buffer returns when the request
 //     ends. A failed part stops the lanes and is rethrown by the next write and by commit, and an
-//     abort waits for the parts still in flight to settle (a part landing after it would be left). A task (a record, or one run of it) starts
-//     only fewer than `buffers / 2 - 1` tasks past the earliest unfinished one (task_begin), and
+//     abort waits for the parts still in flight to settle (a part landing after it would be left). A task (a record, or
+//     one run of it) starts only fewer than `buffers / 2 - 1` tasks past the earliest unfinished one (task_begin), and
 //     waits for that before it takes any memory of the gate. Tasks lie in file order and each is
 //     written front to back, so a part stays unfinished only where it holds a boundary between a
 //     written task and one not yet written: at most two per task under way, and memory stays

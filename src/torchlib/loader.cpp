@@ -35,8 +35,10 @@ using EntryFn = const Api* (*)();
 const Api* load(std::string& why) {
   if (&::dcpctl_torchlib_api != nullptr) return ::dcpctl_torchlib_api();
   std::vector<std::string> tried;
-  if (const char* forced = std::getenv("DCPCTL_TORCH_PLUGIN"); forced && *forced) tried.emplace_back(forced);
-  else tried = plugin_candidates(kPlugin);
+  if (const char* forced = std::getenv("DCPCTL_TORCH_PLUGIN"); forced && *forced)
+    tried.emplace_back(forced);
+  else
+    tried = plugin_candidates(kPlugin);
   for (const std::string& path : tried) {
     if (!exists(path)) continue;
     void* h = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
@@ -81,14 +83,16 @@ const Api& api() {
   static std::string why;
   std::call_once(once, [] { loaded = load(why); });
 #if DCPCTL_WITHOUT_TORCH
-  const char* remedy = "; this dcpctl was built without it (-DDCPCTL_WITH_TORCH=OFF, as tools/dev.sh demo builds it on a fresh "
-                       "machine): build it with LibTorch (tools/dev.sh build), or set DCPCTL_TORCH_PLUGIN to a plugin's path";
+  const char* remedy =
+      "; this dcpctl was built without it (-DDCPCTL_WITH_TORCH=OFF, as tools/dev.sh demo builds it on a fresh "
+      "machine): build it with LibTorch (tools/dev.sh build), or set DCPCTL_TORCH_PLUGIN to a plugin's path";
 #else
   const char* remedy = "; reinstall dcpctl, or set DCPCTL_TORCH_PLUGIN to the plugin's path";
 #endif
   if (!loaded)
-    throw UnsupportedError(Where(), "a torchrun rank needs LibTorch (c10d's process group), which dcpctl loads from its plugin, and " +
-                                        why + remedy);
+    throw UnsupportedError(
+        Where(), "a torchrun rank needs LibTorch (c10d's process group), which dcpctl loads from its plugin, and " +
+                     why + remedy);
   return *loaded;
 }
 

@@ -24,18 +24,21 @@ DCPCTL_CLMUL inline __m128i fold(__m128i acc, __m128i k, __m128i next) {
   return _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(acc, k, 0x00), _mm_clmulepi64_si128(acc, k, 0x11)), next);
 }
 
-DCPCTL_CLMUL inline __m128i load(const uint8_t* q) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(q)); }
+DCPCTL_CLMUL inline __m128i load(const uint8_t* q) {
+  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
+}
 
 // The last step of both carry-less paths: four 128-bit lanes x1..x4 holding the fold of
 // everything before `p`, then n more bytes (a multiple of 16) folded in 64 at a time, the lanes
 // folded into one, the last 16-byte blocks, and the reduction to 32 bits. Inlined into each path,
 // so that the 256-bit one runs it in VEX encodings and leaves through its own vzeroupper (see
 // crc32_vclmul).
-DCPCTL_CLMUL __attribute__((always_inline)) inline uint32_t clmul_finish(__m128i x1, __m128i x2, __m128i x3, __m128i x4, const uint8_t* p, size_t n) {
+DCPCTL_CLMUL __attribute__((always_inline)) inline uint32_t clmul_finish(__m128i x1, __m128i x2, __m128i x3, __m128i x4,
+                                                                         const uint8_t* p, size_t n) {
   const __m128i k1k2 = _mm_set_epi64x(0x01c6e41596, 0x0154442bd4);  // x^(4*128-32), x^(4*128+32) mod P
   const __m128i k3k4 = _mm_set_epi64x(0x00ccaa009e, 0x01751997d0);  // x^(128-32), x^(128+32) mod P
-  const __m128i k5 = _mm_set_epi64x(0, 0x0163cd6124);                // x^64 mod P
-  const __m128i poly = _mm_set_epi64x(0x01f7011641, 0x01db710641);   // mu, P (Barrett)
+  const __m128i k5 = _mm_set_epi64x(0, 0x0163cd6124);               // x^64 mod P
+  const __m128i poly = _mm_set_epi64x(0x01f7011641, 0x01db710641);  // mu, P (Barrett)
   const __m128i mask32 = _mm_setr_epi32(~0, 0, ~0, 0);
   for (; n >= 64; p += 64, n -= 64) {
     x1 = fold(x1, k1k2, load(p));
@@ -78,14 +81,19 @@ DCPCTL_CLMUL uint32_t crc32_clmul(uint32_t c, const uint8_t* p, size_t n) {
 #define DCPCTL_VCLMUL __attribute__((target("avx2,vpclmulqdq,pclmul,sse4.1")))
 
 DCPCTL_VCLMUL inline __m256i fold256(__m256i acc, __m256i k, __m256i next) {
-  return _mm256_xor_si256(_mm256_xor_si256(_mm256_clmulepi64_epi128(acc, k, 0x00), _mm256_clmulepi64_epi128(acc, k, 0x11)), next);
+  return _mm256_xor_si256(
+      _mm256_xor_si256(_mm256_clmulepi64_epi128(acc, k, 0x00), _mm256_clmulepi64_epi128(acc, k, 0x11)), next);
 }
 
-DCPCTL_VCLMUL inline __m256i load256(const uint8_t* q) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)); }
+DCPCTL_VCLMUL inline __m256i load256(const uint8_t* q) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
+}
 
 DCPCTL_VCLMUL uint32_t crc32_vclmul(uint32_t c, const uint8_t* p, size_t n) {
-  const __m256i k8 = _mm256_set_epi64x(0x014a7fe880, 0x01e88ef372, 0x014a7fe880, 0x01e88ef372);  // x^(1024-32), x^(1024+32) mod P
-  const __m256i k4 = _mm256_set_epi64x(0x01c6e41596, 0x0154442bd4, 0x01c6e41596, 0x0154442bd4);  // x^(512-32), x^(512+32) mod P
+  const __m256i k8 =
+      _mm256_set_epi64x(0x014a7fe880, 0x01e88ef372, 0x014a7fe880, 0x01e88ef372);  // x^(1024-32), x^(1024+32) mod P
+  const __m256i k4 =
+      _mm256_set_epi64x(0x01c6e41596, 0x0154442bd4, 0x01c6e41596, 0x0154442bd4);  // x^(512-32), x^(512+32) mod P
   __m256i y0 = _mm256_xor_si256(load256(p), _mm256_set_epi32(0, 0, 0, 0, 0, 0, 0, static_cast<int>(c)));
   __m256i y1 = load256(p + 32), y2 = load256(p + 64), y3 = load256(p + 96);
   for (p += 128, n -= 128; n >= 128; p += 128, n -= 128) {
@@ -135,6 +143,8 @@ uint32_t crc32_update_via(Crc32Path path, uint32_t crc, const void* data, size_t
   return static_cast<uint32_t>(crc32_z(crc, p, n));
 }
 
-uint32_t crc32_update(uint32_t crc, const void* data, size_t n) { return crc32_update_via(crc32_best_path(), crc, data, n); }
+uint32_t crc32_update(uint32_t crc, const void* data, size_t n) {
+  return crc32_update_via(crc32_best_path(), crc, data, n);
+}
 
 }  // namespace dcpctl

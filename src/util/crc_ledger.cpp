@@ -23,7 +23,8 @@ std::string hex32(uint32_t v) {
 }
 
 // Removes [from, to) from `claimed` where already there, adds the rest, and returns the rest.
-std::vector<std::pair<uint64_t, uint64_t>> claim(std::vector<std::pair<uint64_t, uint64_t>>& claimed, uint64_t from, uint64_t to) {
+std::vector<std::pair<uint64_t, uint64_t>> claim(std::vector<std::pair<uint64_t, uint64_t>>& claimed, uint64_t from,
+                                                 uint64_t to) {
   std::vector<std::pair<uint64_t, uint64_t>> fresh;
   uint64_t at = from;
   for (const auto& [a, b] : claimed) {
@@ -54,8 +55,8 @@ void CrcLedger::watch(const std::string& path, uint64_t offset, uint64_t n, uint
                       const std::string& record) {
   if (n == 0) {  // nothing to read: the CRC of no bytes is 0
     if (crc != 0)
-      throw CorruptError(Where(path, offset, key), "record '" + record + "' is empty but its stored CRC-32 is " + hex32(crc) +
-                                                       ": the checkpoint is damaged");
+      throw CorruptError(Where(path, offset, key), "record '" + record + "' is empty but its stored CRC-32 is " +
+                                                       hex32(crc) + ": the checkpoint is damaged");
     return;
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -127,8 +128,9 @@ void CrcLedger::finish(const std::string& path, uint64_t offset, Record& r) {
 }
 
 void throw_crc_mismatch(const Where& where, const std::string& record, uint64_t n, uint32_t stored, uint32_t got) {
-  throw CorruptError(where, "record '" + record + "' (" + std::to_string(n) + " bytes) fails its CRC-32 check: stored " + hex32(stored) +
-                                ", its bytes give " + hex32(got) + "; the checkpoint is damaged (restore it from a good copy)");
+  throw CorruptError(where, "record '" + record + "' (" + std::to_string(n) +
+                                " bytes) fails its CRC-32 check: stored " + hex32(stored) + ", its bytes give " +
+                                hex32(got) + "; the checkpoint is damaged (restore it from a good copy)");
 }
 
 }  // namespace dcpctl

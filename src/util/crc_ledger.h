@@ -28,7 +28,8 @@ class CrcLedger {
   // `record` (the zip record's name) are what an error names. Watching a record already watched
   // is a no-op; one overlapping another watched record is a FormatError (a zip's records never
   // overlap).
-  void watch(const std::string& path, uint64_t offset, uint64_t n, uint32_t crc, const std::string& key, const std::string& record);
+  void watch(const std::string& path, uint64_t offset, uint64_t n, uint32_t crc, const std::string& key,
+             const std::string& record);
   // Bytes [offset, offset + n) of the file, just read into `data`. Throws CorruptError when they
   // complete a record whose CRC does not match.
   void saw(const std::string& path, uint64_t offset, const uint8_t* data, uint64_t n);
@@ -64,6 +65,7 @@ uint32_t crc32_combine(uint32_t a, uint32_t b, uint64_t nb);
 
 struct Where;
 // The CorruptError of record `record` (`n` bytes, at `where`) whose bytes give `got`, not `stored`.
-[[noreturn]] void throw_crc_mismatch(const Where& where, const std::string& record, uint64_t n, uint32_t stored, uint32_t got);
+[[noreturn]] void throw_crc_mismatch(const Where& where, const std::string& record, uint64_t n, uint32_t stored,
+                                     uint32_t got);
 
 }  // namespace dcpctl

@@ -39,24 +39,36 @@ struct Alias {
 
 // torch's own aliases (torch.float is torch.float32, ...), as a pickle may name them.
 constexpr Alias kTorchAliases[] = {
-    {"float", DType::Float32}, {"double", DType::Float64}, {"half", DType::Float16},
-    {"short", DType::Int16},   {"int", DType::Int32},      {"long", DType::Int64},
+    {"float", DType::Float32},    {"double", DType::Float64},     {"half", DType::Float16},
+    {"short", DType::Int16},      {"int", DType::Int32},          {"long", DType::Int64},
     {"cfloat", DType::Complex64}, {"cdouble", DType::Complex128}, {"chalf", DType::Complex32},
 };
 
 // Spellings users type (lower-cased before lookup).
 constexpr Alias kUserAliases[] = {
-    {"fp32", DType::Float32},     {"f32", DType::Float32},       {"float", DType::Float32},
-    {"fp64", DType::Float64},     {"f64", DType::Float64},       {"double", DType::Float64},
-    {"fp16", DType::Float16},     {"f16", DType::Float16},       {"half", DType::Float16},
+    {"fp32", DType::Float32},
+    {"f32", DType::Float32},
+    {"float", DType::Float32},
+    {"fp64", DType::Float64},
+    {"f64", DType::Float64},
+    {"double", DType::Float64},
+    {"fp16", DType::Float16},
+    {"f16", DType::Float16},
+    {"half", DType::Float16},
     {"bf16", DType::BFloat16},
-    {"fp8_e4m3", DType::Float8_E4M3FN}, {"f8_e4m3", DType::Float8_E4M3FN}, {"e4m3", DType::Float8_E4M3FN},
-    {"fp8_e5m2", DType::Float8_E5M2}, {"f8_e5m2", DType::Float8_E5M2}, {"e5m2", DType::Float8_E5M2},
+    {"fp8_e4m3", DType::Float8_E4M3FN},
+    {"f8_e4m3", DType::Float8_E4M3FN},
+    {"e4m3", DType::Float8_E4M3FN},
+    {"fp8_e5m2", DType::Float8_E5M2},
+    {"f8_e5m2", DType::Float8_E5M2},
+    {"e5m2", DType::Float8_E5M2},
 };
 
 }  // namespace
 
-const DTypeInfo& info(DType d) { return kTable[static_cast<size_t>(d)]; }
+const DTypeInfo& info(DType d) {
+  return kTable[static_cast<size_t>(d)];
+}
 
 std::optional<DType> dtype_from_torch_name(std::string_view name) {
   for (const auto& e : kTable)

@@ -20,7 +20,9 @@ bool decodable(DType d);
 // Real floating point (can hold NaN/Inf): float16/32/64, bfloat16, every float8.
 bool is_real_float(DType d);
 // Values per element widen() writes: 2 for complex, else 1.
-inline size_t lanes(DType d) { return info(d).complex ? 2 : 1; }
+inline size_t lanes(DType d) {
+  return info(d).complex ? 2 : 1;
+}
 
 // Widens n elements at src (little-endian, itemsize(d) each) into n * lanes(d) doubles.
 void widen(DType d, const uint8_t* src, size_t n, double* dst);

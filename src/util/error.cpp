@@ -25,6 +25,8 @@ static std::string compose(const Where& w, const std::string& what) {
 Error::Error(Where where, const std::string& what)
     : std::runtime_error(compose(where, what)), where_(std::move(where)), detail_(what) {}
 
-std::string errno_text(int err) { return std::strerror(err); }
+std::string errno_text(int err) {
+  return std::strerror(err);
+}
 
 }  // namespace dcpctl

@@ -8,8 +8,10 @@
 namespace dcpctl {
 
 void IoBufferFree::operator()(uint8_t* p) const {
-  if (mapped) ::munmap(p, mapped);
-  else std::free(p);
+  if (mapped)
+    ::munmap(p, mapped);
+  else
+    std::free(p);
 }
 
 IoBuffer make_io_buffer(uint64_t n) {

@@ -31,7 +31,9 @@ std::string fmt_float(float v) {
 
 }  // namespace
 
-float bf16_to_f32(uint16_t h) { return bits_f32(static_cast<uint32_t>(h) << 16); }
+float bf16_to_f32(uint16_t h) {
+  return bits_f32(static_cast<uint32_t>(h) << 16);
+}
 
 uint16_t f32_to_bf16(float f) {
   if (std::isnan(f)) return 0x7FC0;  // c10::BFloat16; casts pick torch's kernel NaNs (store_nan)
@@ -82,9 +84,9 @@ float e4m3fn_to_f32(uint8_t x) {
   renorm_shift = renorm_shift > 4 ? renorm_shift - 4 : 0;
   const int32_t inf_nan_mask = (static_cast<int32_t>(nonsign + 0x01000000) >> 8) & 0x7F800000;
   const int32_t zero_mask = static_cast<int32_t>(nonsign - 1) >> 31;
-  uint32_t result = sign | ((((nonsign << renorm_shift >> 4) + ((0x78 - renorm_shift) << 23)) |
-                             static_cast<uint32_t>(inf_nan_mask)) &
-                            ~static_cast<uint32_t>(zero_mask));
+  uint32_t result =
+      sign | ((((nonsign << renorm_shift >> 4) + ((0x78 - renorm_shift) << 23)) | static_cast<uint32_t>(inf_nan_mask)) &
+              ~static_cast<uint32_t>(zero_mask));
   return bits_f32(result);
 }
 
@@ -110,7 +112,9 @@ uint8_t f32_to_e4m3fn(float f) {
   return static_cast<uint8_t>(result | (sign >> 24));
 }
 
-float e5m2_to_f32(uint8_t x) { return f16_to_f32(static_cast<uint16_t>(x) << 8); }
+float e5m2_to_f32(uint8_t x) {
+  return f16_to_f32(static_cast<uint16_t>(x) << 8);
+}
 
 uint8_t f32_to_e5m2(float f) {
   constexpr uint32_t fp32_inf = 255u << 23;
@@ -140,22 +144,38 @@ std::string format_element(DType d, const uint8_t* p) {
     return v;
   };
   switch (d) {
-    case DType::Float32: return fmt_float(load(float{}));
-    case DType::Float64: return fmt_double(load(double{}));
-    case DType::Float16: return fmt_float(f16_to_f32(load(uint16_t{})));
-    case DType::BFloat16: return fmt_float(bf16_to_f32(load(uint16_t{})));
-    case DType::Float8_E4M3FN: return fmt_float(e4m3fn_to_f32(*p));
-    case DType::Float8_E5M2: return fmt_float(e5m2_to_f32(*p));
-    case DType::Float8_E8M0FNU: return *p == 0xFF ? "nan" : fmt_double(std::ldexp(1.0, static_cast<int>(*p) - 127));
-    case DType::Int8: return std::to_string(load(int8_t{}));
-    case DType::Int16: return std::to_string(load(int16_t{}));
-    case DType::Int32: return std::to_string(load(int32_t{}));
-    case DType::Int64: return std::to_string(load(int64_t{}));
-    case DType::UInt8: return std::to_string(load(uint8_t{}));
-    case DType::UInt16: return std::to_string(load(uint16_t{}));
-    case DType::UInt32: return std::to_string(load(uint32_t{}));
-    case DType::UInt64: return std::to_string(load(uint64_t{}));
-    case DType::Bool: return *p ? "True" : "False";
+    case DType::Float32:
+      return fmt_float(load(float{}));
+    case DType::Float64:
+      return fmt_double(load(double{}));
+    case DType::Float16:
+      return fmt_float(f16_to_f32(load(uint16_t{})));
+    case DType::BFloat16:
+      return fmt_float(bf16_to_f32(load(uint16_t{})));
+    case DType::Float8_E4M3FN:
+      return fmt_float(e4m3fn_to_f32(*p));
+    case DType::Float8_E5M2:
+      return fmt_float(e5m2_to_f32(*p));
+    case DType::Float8_E8M0FNU:
+      return *p == 0xFF ? "nan" : fmt_double(std::ldexp(1.0, static_cast<int>(*p) - 127));
+    case DType::Int8:
+      return std::to_string(load(int8_t{}));
+    case DType::Int16:
+      return std::to_string(load(int16_t{}));
+    case DType::Int32:
+      return std::to_string(load(int32_t{}));
+    case DType::Int64:
+      return std::to_string(load(int64_t{}));
+    case DType::UInt8:
+      return std::to_string(load(uint8_t{}));
+    case DType::UInt16:
+      return std::to_string(load(uint16_t{}));
+    case DType::UInt32:
+      return std::to_string(load(uint32_t{}));
+    case DType::UInt64:
+      return std::to_string(load(uint64_t{}));
+    case DType::Bool:
+      return *p ? "True" : "False";
     case DType::Complex64: {
       float re = load(float{}), im;
       std::memcpy(&im, p + 4, 4);
@@ -182,7 +202,9 @@ std::string format_element(DType d, const uint8_t* p) {
 
 namespace dcpctl {
 
-bool castable(DType d) { return info(d).floating && d != DType::Float8_E8M0FNU && d != DType::Float8_E4M3FNUZ && d != DType::Float8_E5M2FNUZ; }
+bool castable(DType d) {
+  return info(d).floating && d != DType::Float8_E8M0FNU && d != DType::Float8_E4M3FNUZ && d != DType::Float8_E5M2FNUZ;
+}
 
 namespace {
 
@@ -209,9 +231,12 @@ inline double load_elem(DType d, const uint8_t* p, size_t i) {
       std::memcpy(&h, p + 2 * i, 2);
       return bf16_to_f32(h);
     }
-    case DType::Float8_E4M3FN: return e4m3fn_to_f32(p[i]);
-    case DType::Float8_E5M2: return e5m2_to_f32(p[i]);
-    default: return 0;
+    case DType::Float8_E4M3FN:
+      return e4m3fn_to_f32(p[i]);
+    case DType::Float8_E5M2:
+      return e5m2_to_f32(p[i]);
+    default:
+      return 0;
   }
 }
 
@@ -219,8 +244,12 @@ inline void store_elem(DType d, uint8_t* p, size_t i, double v) {
   // torch converts double to the narrow types through float (c10's constructors take float).
   float f = static_cast<float>(v);
   switch (d) {
-    case DType::Float32: std::memcpy(p + 4 * i, &f, 4); break;
-    case DType::Float64: std::memcpy(p + 8 * i, &v, 8); break;
+    case DType::Float32:
+      std::memcpy(p + 4 * i, &f, 4);
+      break;
+    case DType::Float64:
+      std::memcpy(p + 8 * i, &v, 8);
+      break;
     case DType::Float16: {
       uint16_t h = f32_to_f16(f);
       std::memcpy(p + 2 * i, &h, 2);
@@ -231,9 +260,14 @@ inline void store_elem(DType d, uint8_t* p, size_t i, double v) {
       std::memcpy(p + 2 * i, &h, 2);
       break;
     }
-    case DType::Float8_E4M3FN: p[i] = f32_to_e4m3fn(f); break;
-    case DType::Float8_E5M2: p[i] = f32_to_e5m2(f); break;
-    default: break;
+    case DType::Float8_E4M3FN:
+      p[i] = f32_to_e4m3fn(f);
+      break;
+    case DType::Float8_E5M2:
+      p[i] = f32_to_e5m2(f);
+      break;
+    default:
+      break;
   }
 }
 

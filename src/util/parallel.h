@@ -43,6 +43,8 @@ void parallel_for(size_t n, unsigned threads, F&& body) {
   if (err) std::rethrow_exception(err);
 }
 
-inline unsigned default_threads() { return std::max(1u, std::thread::hardware_concurrency()); }
+inline unsigned default_threads() {
+  return std::max(1u, std::thread::hardware_concurrency());
+}
 
 }  // namespace dcpctl

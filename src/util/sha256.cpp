@@ -54,7 +54,8 @@ DCPCTL_SHANI void blocks_shani(uint32_t* const* state, const uint8_t* const* dat
 #pragma GCC unroll 4
       for (int j = 0; j < S; ++j) {
         if (g < 4)
-          m[j][g] = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(data[j] + 64 * n + 16 * g)), bswap);
+          m[j][g] =
+              _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(data[j] + 64 * n + 16 * g)), bswap);
         const __m128i k = _mm_add_epi32(m[j][g % 4], _mm_load_si128(reinterpret_cast<const __m128i*>(kRound + 4 * g)));
         cdgh[j] = _mm_sha256rnds2_epu32(cdgh[j], abef[j], k);
         if (g >= 3 && g <= 14) {  // W[4g+4..4g+7]
@@ -84,7 +85,9 @@ bool cpu_has_shani() {
   return (b & (1u << 29)) != 0;
 }
 #else
-bool cpu_has_shani() { return false; }
+bool cpu_has_shani() {
+  return false;
+}
 #endif
 
 std::atomic<bool>& native_on() {
@@ -141,9 +144,13 @@ Sha256::Sha256() : ctx_(std::make_unique<Ctx>()) {
 
 Sha256::~Sha256() = default;
 
-bool Sha256::pairs() { return native_on(); }
+bool Sha256::pairs() {
+  return native_on();
+}
 
-void Sha256::use_native_for_testing(bool on) { native_on() = on && cpu_has_shani(); }
+void Sha256::use_native_for_testing(bool on) {
+  native_on() = on && cpu_has_shani();
+}
 
 void Sha256::update(const void* data, size_t n) {
   if (!n) return;

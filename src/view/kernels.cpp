@@ -41,7 +41,8 @@ void dequantize_fp8_blocks(DType q_dtype, const uint8_t* q, const Box& box, cons
 
 void e8m0_to_float(const uint8_t* e8m0, size_t n, float* out) {
   for (size_t i = 0; i < n; ++i)
-    out[i] = e8m0[i] == 0xFF ? std::numeric_limits<float>::quiet_NaN() : std::ldexp(1.0f, static_cast<int>(e8m0[i]) - 127);
+    out[i] =
+        e8m0[i] == 0xFF ? std::numeric_limits<float>::quiet_NaN() : std::ldexp(1.0f, static_cast<int>(e8m0[i]) - 127);
 }
 
 void dequantize_mxfp4(const uint8_t* packed, const Box& box, const uint8_t* scales,
@@ -213,7 +214,8 @@ inline uint8_t e4m3fn_clamped(float v) {
   const uint32_t sub = f32_bits(bits_f32(a) + 16384.0f) - (141u << 23);
   const uint32_t norm = (a - (120u << 23) + 0x7FFFFu + ((a >> 20) & 1u)) >> 20;
   // Selected by masks, not `?:`: GCC would move the float add under a branch of its own.
-  const uint32_t small = 0u - static_cast<uint32_t>(a < (121u << 23)), nan = 0u - static_cast<uint32_t>(a > 0x7F800000u);
+  const uint32_t small = 0u - static_cast<uint32_t>(a < (121u << 23)),
+                 nan = 0u - static_cast<uint32_t>(a > 0x7F800000u);
   const uint32_t r = (((sub & small) | (norm & ~small)) & ~nan) | (0x7Fu & nan);
   return static_cast<uint8_t>(r | (sign >> 24));
 }
@@ -254,8 +256,8 @@ void fp8_inverse_scales(const float* scale, size_t n, float* inv) {
   for (size_t i = 0; i < n; ++i) inv[i] = 1.0f / scale[i];
 }
 
-void quantize_fp8_box(const float* x, int64_t cols, int64_t bm, int64_t bn, const float* scale, int64_t r0, int64_t r1, int64_t c0,
-                      int64_t c1, uint8_t* q) {
+void quantize_fp8_box(const float* x, int64_t cols, int64_t bm, int64_t bn, const float* scale, int64_t r0, int64_t r1,
+                      int64_t c0, int64_t c1, uint8_t* q) {
   const int64_t cb = (cols + bn - 1) / bn, w = c1 - c0;
   for (int64_t r = r0; r < r1; ++r) {
     const float* row = x + r * cols;
@@ -300,7 +302,9 @@ inline float mxfp4_inverse(uint32_t biased) {
 
 }  // namespace
 
-uint8_t e2m1_nibble(float v) { return static_cast<uint8_t>(e2m1_code(v)); }
+uint8_t e2m1_nibble(float v) {
+  return static_cast<uint8_t>(e2m1_code(v));
+}
 
 uint8_t mxfp4_scale_byte(float amax) {
   constexpr int kEmaxE2M1 = 2;
@@ -351,7 +355,8 @@ void quantize_mxfp4_columns(const float* x, int64_t rows, int64_t cols, uint8_t*
     for (int64_t k = 0; k < kBytes; ++k) {
       const float *lo = top + 2 * k * cols, *hi = lo + cols;
       uint8_t* t = tile.data() + static_cast<size_t>(k) * n;
-      for (size_t c = 0; c < n; ++c) t[c] = static_cast<uint8_t>(e2m1_code(lo[c] * inv[c]) | (e2m1_code(hi[c] * inv[c]) << 4));
+      for (size_t c = 0; c < n; ++c)
+        t[c] = static_cast<uint8_t>(e2m1_code(lo[c] * inv[c]) | (e2m1_code(hi[c] * inv[c]) << 4));
     }
     // The tile into each column's group: [cols, groups, 16].
     for (size_t c = 0; c < n; ++c) {
@@ -369,7 +374,8 @@ void mxfp4_column_scales(const float* x, int64_t rows, int64_t cols, uint8_t* sc
     std::fill(amax.begin(), amax.end(), 0.0f);
     for (int64_t r = g * kBlock; r < (g + 1) * kBlock; ++r) {
       const float* row = x + r * cols;
-      for (int64_t c = 0; c < cols; ++c) amax[static_cast<size_t>(c)] = std::max(amax[static_cast<size_t>(c)], std::fabs(row[c]));
+      for (int64_t c = 0; c < cols; ++c)
+        amax[static_cast<size_t>(c)] = std::max(amax[static_cast<size_t>(c)], std::fabs(row[c]));
     }
     for (int64_t c = 0; c < cols; ++c) scales[c * groups + g] = mxfp4_scale_byte(amax[static_cast<size_t>(c)]);
   }
@@ -445,7 +451,9 @@ inline uint32_t fp4_code_bits(float v) {
 
 }  // namespace
 
-uint8_t fp4_code(float v) { return static_cast<uint8_t>(fp4_code_bits(v)); }
+uint8_t fp4_code(float v) {
+  return static_cast<uint8_t>(fp4_code_bits(v));
+}
 
 namespace {
 
@@ -472,7 +480,8 @@ inline uint32_t int4_code(float v) {
 namespace {
 
 DCPCTL_BODY void int4_pairs_body(const float* q, size_t n, uint8_t* out) {
-  for (size_t k = 0; k < n / 2; ++k) out[k] = static_cast<uint8_t>(int4_code(q[2 * k]) | (int4_code(q[2 * k + 1]) << 4));
+  for (size_t k = 0; k < n / 2; ++k)
+    out[k] = static_cast<uint8_t>(int4_code(q[2 * k]) | (int4_code(q[2 * k + 1]) << 4));
 }
 
 // group_abs_max, abs_max and divide_by_groups compiled a second time for AVX2 (the vectoriser then
@@ -488,8 +497,12 @@ bool kernels_avx2() {
   return avx2;
 }
 #define DCPCTL_AVX2_TWIN __attribute__((target("avx2")))
-DCPCTL_AVX2_TWIN void group_abs_max_avx2(const float* x, int64_t n, int64_t g, float* a) { group_abs_max_body(x, n, g, a); }
-DCPCTL_AVX2_TWIN float abs_max_avx2(const float* x, size_t n) { return abs_max_body(x, n); }
+DCPCTL_AVX2_TWIN void group_abs_max_avx2(const float* x, int64_t n, int64_t g, float* a) {
+  group_abs_max_body(x, n, g, a);
+}
+DCPCTL_AVX2_TWIN float abs_max_avx2(const float* x, size_t n) {
+  return abs_max_body(x, n);
+}
 DCPCTL_AVX2_TWIN void divide_by_groups_avx2(const float* x, int64_t n, int64_t g, const float* s, float* q) {
   divide_by_groups_body(x, n, g, s, q);
 }
@@ -503,7 +516,8 @@ DCPCTL_AVX2_TWIN inline __m128i pair_bytes(__m256i c) {
 }
 
 DCPCTL_AVX2_TWIN void store_pairs(__m256i c0, __m256i c1, __m256i c2, __m256i c3, uint8_t* out) {
-  const __m128i lo = _mm_packus_epi32(pair_bytes(c0), pair_bytes(c1)), hi = _mm_packus_epi32(pair_bytes(c2), pair_bytes(c3));
+  const __m128i lo = _mm_packus_epi32(pair_bytes(c0), pair_bytes(c1)),
+                hi = _mm_packus_epi32(pair_bytes(c2), pair_bytes(c3));
   _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm_packus_epi16(lo, hi));
 }
 
@@ -519,8 +533,12 @@ DCPCTL_AVX2_TWIN __m256i int4_codes(const float* q) {
 }
 
 // -1 where m <= b (le) or m < b (lt), else 0.
-DCPCTL_AVX2_TWIN inline __m256i le(__m256 m, float b) { return _mm256_castps_si256(_mm256_cmp_ps(m, _mm256_set1_ps(b), _CMP_LE_OQ)); }
-DCPCTL_AVX2_TWIN inline __m256i lt(__m256 m, float b) { return _mm256_castps_si256(_mm256_cmp_ps(m, _mm256_set1_ps(b), _CMP_LT_OQ)); }
+DCPCTL_AVX2_TWIN inline __m256i le(__m256 m, float b) {
+  return _mm256_castps_si256(_mm256_cmp_ps(m, _mm256_set1_ps(b), _CMP_LE_OQ));
+}
+DCPCTL_AVX2_TWIN inline __m256i lt(__m256 m, float b) {
+  return _mm256_castps_si256(_mm256_cmp_ps(m, _mm256_set1_ps(b), _CMP_LT_OQ));
+}
 
 // fp4_code_bits of 8 lanes: 7 plus the compares' masks (each -1 where |v| lies at or below a
 // bound; a NaN below none), the sign as bit 3.
@@ -536,13 +554,15 @@ DCPCTL_AVX2_TWIN __m256i fp4_codes(const float* q) {
 
 DCPCTL_AVX2_TWIN void int4_pairs_avx2(const float* q, size_t n, uint8_t* out) {
   size_t i = 0;
-  for (; i + 32 <= n; i += 32) store_pairs(int4_codes(q + i), int4_codes(q + i + 8), int4_codes(q + i + 16), int4_codes(q + i + 24), out + i / 2);
+  for (; i + 32 <= n; i += 32)
+    store_pairs(int4_codes(q + i), int4_codes(q + i + 8), int4_codes(q + i + 16), int4_codes(q + i + 24), out + i / 2);
   int4_pairs_body(q + i, n - i, out + i / 2);
 }
 
 DCPCTL_AVX2_TWIN void fp4_pairs_avx2(const float* q, size_t n, uint8_t* out) {
   size_t i = 0;
-  for (; i + 32 <= n; i += 32) store_pairs(fp4_codes(q + i), fp4_codes(q + i + 8), fp4_codes(q + i + 16), fp4_codes(q + i + 24), out + i / 2);
+  for (; i + 32 <= n; i += 32)
+    store_pairs(fp4_codes(q + i), fp4_codes(q + i + 8), fp4_codes(q + i + 16), fp4_codes(q + i + 24), out + i / 2);
   fp4_pairs_body(q + i, n - i, out + i / 2);
 }
 #define DCPCTL_PICK(name, ...) return kernels_avx2() ? name##_avx2(__VA_ARGS__) : name##_body(__VA_ARGS__)
@@ -552,13 +572,21 @@ DCPCTL_AVX2_TWIN void fp4_pairs_avx2(const float* q, size_t n, uint8_t* out) {
 
 }  // namespace
 
-void group_abs_max(const float* x, int64_t n, int64_t group, float* amax) { DCPCTL_PICK(group_abs_max, x, n, group, amax); }
-float abs_max(const float* x, size_t n) { DCPCTL_PICK(abs_max, x, n); }
+void group_abs_max(const float* x, int64_t n, int64_t group, float* amax) {
+  DCPCTL_PICK(group_abs_max, x, n, group, amax);
+}
+float abs_max(const float* x, size_t n) {
+  DCPCTL_PICK(abs_max, x, n);
+}
 void divide_by_groups(const float* x, int64_t n, int64_t group, const float* scale, float* q) {
   DCPCTL_PICK(divide_by_groups, x, n, group, scale, q);
 }
 // fp4_pairs and int4_pairs: GCC 12 vectorises their selects for neither target, so the AVX2 ones are written out.
-void fp4_pairs(const float* q, size_t n, uint8_t* out) { DCPCTL_PICK(fp4_pairs, q, n, out); }
-void int4_pairs(const float* q, size_t n, uint8_t* out) { DCPCTL_PICK(int4_pairs, q, n, out); }
+void fp4_pairs(const float* q, size_t n, uint8_t* out) {
+  DCPCTL_PICK(fp4_pairs, q, n, out);
+}
+void int4_pairs(const float* q, size_t n, uint8_t* out) {
+  DCPCTL_PICK(int4_pairs, q, n, out);
+}
 
 }  // namespace dcpctl

@@ -95,15 +95,15 @@ namespace dcpctl {
 // by block: over `rows` x `cols` float32 values `x` (row-major; the rows start at a block
 // boundary), each bm x bn block (a block at the right or bottom edge is smaller and scaled by its
 // own amax, as DeepSeek's releases are) gets scale = (1 / amax(|x|)) * 448 in float32, as torch
-// computes transformers' `448 / amax` (1 for a block of zeros or NaNs), written to `scale` [ceil(rows / bm), ceil(cols / bn)]; weight_scale_inv is 1 / scale in
-// float32 (fp8_inverse_scales).
+// computes transformers' `448 / amax` (1 for a block of zeros or NaNs), written to `scale` [ceil(rows / bm), ceil(cols
+// / bn)]; weight_scale_inv is 1 / scale in float32 (fp8_inverse_scales).
 void fp8_block_scales(const float* x, int64_t rows, int64_t cols, int64_t bm, int64_t bn, float* scale);
 void fp8_inverse_scales(const float* scale, size_t n, float* inv);
 // The quantized bytes of box [r0, r1) x [c0, c1) of those values (within the rows given): e4m3fn of
 // clamp(x * scale, -448, 448), the product in float32, rounded to nearest even (torch's .to()).
 // `q`: (r1 - r0) * (c1 - c0) bytes, row-major.
-void quantize_fp8_box(const float* x, int64_t cols, int64_t bm, int64_t bn, const float* scale, int64_t r0, int64_t r1, int64_t c0,
-                      int64_t c1, uint8_t* q);
+void quantize_fp8_box(const float* x, int64_t cols, int64_t bm, int64_t bn, const float* scale, int64_t r0, int64_t r1,
+                      int64_t c0, int64_t c1, uint8_t* q);
 
 }  // namespace dcpctl
 

@@ -1,14 +1,14 @@
 #include "view/model.h"
 
-#include "view/codecs/dequantize.h"
-#include "view/lora/lora.h"
-#include "view/maps/map_view.h"
-#include "view/codecs/quantize.h"
 #include "item/item_reader.h"
-#include "view/codecs/unexplained.h"
-#include "view/codecs/quantized.h"
 #include "util/dtype.h"
 #include "util/error.h"
+#include "view/codecs/dequantize.h"
+#include "view/codecs/quantize.h"
+#include "view/codecs/quantized.h"
+#include "view/codecs/unexplained.h"
+#include "view/lora/lora.h"
+#include "view/maps/map_view.h"
 
 namespace dcpctl {
 
@@ -48,9 +48,10 @@ void check_zero_drops(const Checkpoint& in, const MappedModel& mm) {
     if (t && !all_zeros(reader, *t)) bad.push_back(key);
   }
   if (bad.empty()) return;
-  std::string text = "map " + mm.name + " (" + mm.from + "->" + mm.to + ") drops " + std::to_string(bad.size()) +
-                     " tensor(s) only when all zeros, and they are not: the " + mm.to +
-                     " model has no such tensor, so the output would compute otherwise than the checkpoint; nothing is written";
+  std::string text =
+      "map " + mm.name + " (" + mm.from + "->" + mm.to + ") drops " + std::to_string(bad.size()) +
+      " tensor(s) only when all zeros, and they are not: the " + mm.to +
+      " model has no such tensor, so the output would compute otherwise than the checkpoint; nothing is written";
   for (const auto& k : bad) text += "\n    " + k;
   text += "\n  leave them out on purpose with --exclude GLOB";
   throw UnsupportedError(Where(in.dir), text);

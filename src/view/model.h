@@ -27,24 +27,24 @@
 #include <nlohmann/json.hpp>
 
 #include "meta/checkpoint.h"
-#include "view/maps/keymap.h"
-#include "view/lora/lora_config.h"
-#include "view/model_config.h"
 #include "meta/select.h"
-#include "view/codecs/quantize.h"
 #include "util/dtype.h"
+#include "view/codecs/quantize.h"
+#include "view/lora/lora_config.h"
+#include "view/maps/keymap.h"
+#include "view/model_config.h"
 
 namespace dcpctl {
 
 struct ModelRequest {
-  Selection selection;                      // --select
-  std::optional<DType> cast;                // --dtype: quantized weights are dequantized first
-  std::string config;                       // --config FILE: the model's config.json
-  std::string assets;                       // consolidate's --assets DIR: its config.json, the assets copied
-  LoraRequest lora;                         // --lora and its options
-  QuantizeRequest quantize;                 // --quantize (scheme "": none)
-  std::string map;                          // --map NAME|FILE
-  std::string map_from;  // the side the map must map from (apply_key_map's `from`); "" : the input's
+  Selection selection;        // --select
+  std::optional<DType> cast;  // --dtype: quantized weights are dequantized first
+  std::string config;         // --config FILE: the model's config.json
+  std::string assets;         // consolidate's --assets DIR: its config.json, the assets copied
+  LoraRequest lora;           // --lora and its options
+  QuantizeRequest quantize;   // --quantize (scheme "": none)
+  std::string map;            // --map NAME|FILE
+  std::string map_from;       // the side the map must map from (apply_key_map's `from`); "" : the input's
   // Asked of --map's output before its view is made (`saved`: the checkpoint as saved, `config`: the
   // config.json the map's parameters came from); it may throw, and may add to the map's --json. The
   // exports set it (write/execute.h's model_request: check/megatron_args.h, which sits above view/).

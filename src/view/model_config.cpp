@@ -1,9 +1,9 @@
 #include "view/model_config.h"
 
 #include "meta/checkpoint.h"
-#include "view/maps/keymap.h"
 #include "store/file.h"
 #include "util/error.h"
+#include "view/maps/keymap.h"
 
 namespace dcpctl {
 
@@ -33,7 +33,8 @@ std::vector<std::string> map_tries(const std::string& config, const std::string&
   std::string parent = dir;
   while (!parent.empty() && parent.back() == '/') parent.pop_back();
   size_t slash = parent.rfind('/');
-  if (slash != std::string::npos && parent.substr(slash + 1) == "sharded") tries.push_back(join_path(parent.substr(0, slash), "config.json"));
+  if (slash != std::string::npos && parent.substr(slash + 1) == "sharded")
+    tries.push_back(join_path(parent.substr(0, slash), "config.json"));
   return tries;
 }
 
@@ -54,7 +55,8 @@ MapConfig ModelConfig::first_object(const std::vector<std::string>& tries) const
   for (const auto& p : tries) {
     std::shared_ptr<const ConfigFile> f = file(p);
     if (!f) continue;
-    if (f->json.is_discarded() || !f->json.is_object()) throw UsageError(Where(p), "not a JSON object: not a model's config.json");
+    if (f->json.is_discarded() || !f->json.is_object())
+      throw UsageError(Where(p), "not a JSON object: not a model's config.json");
     MapConfig c;
     c.path = p;
     c.json = f->json;
@@ -67,7 +69,8 @@ MapConfig ModelConfig::first_object(const std::vector<std::string>& tries) const
 }
 
 MapConfig ModelConfig::map(const std::string& checkpoint_dir) const {
-  if (!config_.empty() && (!path_exists(config_) || is_directory(config_))) throw UsageError(Where(config_), "--config: no such file");
+  if (!config_.empty() && (!path_exists(config_) || is_directory(config_)))
+    throw UsageError(Where(config_), "--config: no such file");
   return first_object(map_tries(config_, assets_, checkpoint_dir));
 }
 

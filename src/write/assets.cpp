@@ -25,16 +25,33 @@ namespace {
 // Names (fnmatch patterns) of what transformers, tokenizers, sentencepiece, tiktoken and
 // mistral-common save beside the weights and read back in from_pretrained.
 constexpr const char* kAssetNames[] = {
-    "config.json", "generation_config.json", "adapter_config.json",
+    "config.json",
+    "generation_config.json",
+    "adapter_config.json",
     // tokenizers
-    "tokenizer*.json", "tokenizer*.model", "special_tokens_map.json", "added_tokens.json", "vocab*", "merges*.txt",
-    "spiece.model", "sentencepiece*.model", "*.spm", "*.tiktoken", "tiktoken.model", "tekken.json",
+    "tokenizer*.json",
+    "tokenizer*.model",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab*",
+    "merges*.txt",
+    "spiece.model",
+    "sentencepiece*.model",
+    "*.spm",
+    "*.tiktoken",
+    "tiktoken.model",
+    "tekken.json",
     // chat templates (transformers >= 4.43 writes chat_template.jinja, older chat_template.json)
-    "chat_template.jinja", "chat_template.json",
+    "chat_template.jinja",
+    "chat_template.json",
     // image, video and audio processors
-    "*processor_config.json", "feature_extractor_config.json",
+    "*processor_config.json",
+    "feature_extractor_config.json",
     // remote code (trust_remote_code), as save_pretrained copies it
-    "configuration_*.py", "modeling_*.py", "tokenization_*.py", "*processing_*.py",
+    "configuration_*.py",
+    "modeling_*.py",
+    "tokenization_*.py",
+    "*processing_*.py",
 };
 
 // Files a model class's from_pretrained reads beside the weights that are pickles by name, but no
@@ -45,8 +62,9 @@ constexpr const char* kModelSidecars[] = {"spk_dict.pt"};
 
 // Weights, indexes and checkpoint metadata: never assets, whatever the allow-list matches.
 constexpr const char* kNeverNames[] = {
-    "*.safetensors", "*.bin", "*.pt", "*.pth", "*.ckpt", "*.distcp", "*.metadata", "*.index.json",
-    "*.gguf", "*.h5", "*.msgpack", "*.onnx", "*.npz", "*.npy", "*.pkl", "*.pickle", "*.tar", "*.zip", "*dcpctl-tmp*",
+    "*.safetensors", "*.bin",    "*.pt",  "*.pth",     "*.ckpt",       "*.distcp", "*.metadata",
+    "*.index.json",  "*.gguf",   "*.h5",  "*.msgpack", "*.onnx",       "*.npz",    "*.npy",
+    "*.pkl",         "*.pickle", "*.tar", "*.zip",     "*dcpctl-tmp*",
 };
 
 bool matches(const std::string& name, const char* const* first, const char* const* last) {
@@ -54,7 +72,9 @@ bool matches(const std::string& name, const char* const* first, const char* cons
 }
 
 // The names in `dir`, sorted (none when it cannot be listed).
-std::vector<std::string> list_names(const std::string& dir) { return list_dir(dir); }
+std::vector<std::string> list_names(const std::string& dir) {
+  return list_dir(dir);
+}
 
 std::string real_path(const std::string& p) {
   if (is_remote_path(p)) return p;  // object storage has no links
@@ -68,7 +88,8 @@ bool inside(const std::string& path, const std::string& dir) {
 }
 
 // The assets of one folder into `found` (names already there, from a nearer folder, are kept).
-void look_in(const std::string& dir, bool follow_any_link, std::map<std::string, Asset>& found, std::vector<AssetSkip>& skipped) {
+void look_in(const std::string& dir, bool follow_any_link, std::map<std::string, Asset>& found,
+             std::vector<AssetSkip>& skipped) {
   const std::string real_dir = real_path(dir);
   for (const std::string& name : list_names(dir)) {
     if (name.empty() || name[0] == '.' || !is_asset_name(name) || found.count(name)) continue;
@@ -87,7 +108,8 @@ void look_in(const std::string& dir, bool follow_any_link, std::map<std::string,
     struct stat ls, st;
     if (::lstat(path.c_str(), &ls) != 0) continue;  // gone since the listing
     if (S_ISLNK(ls.st_mode) && !follow_any_link && !inside(real_path(path), real_dir)) {
-      skipped.push_back({path, "a link that leaves the checkpoint's folder (give the folder with --assets to follow it)"});
+      skipped.push_back(
+          {path, "a link that leaves the checkpoint's folder (give the folder with --assets to follow it)"});
       continue;
     }
     if (::stat(path.c_str(), &st) != 0) {
@@ -121,21 +143,25 @@ Assets find_assets(const Checkpoint& ck, const std::string& from, const ModelCon
   std::map<std::string, Asset> found;
   if (!from.empty()) {
     if (!path_exists(from)) throw UsageError(Where(from), "--assets: no such folder");
-    if (!is_directory(from)) throw UsageError(Where(from), "--assets: not a folder (give the folder that holds config.json)");
+    if (!is_directory(from))
+      throw UsageError(Where(from), "--assets: not a folder (give the folder that holds config.json)");
     a.searched.push_back(from);
     look_in(from, true, found, a.skipped);
   } else {
     a.searched.push_back(ck.dir);
-    if (ck.layout == CheckpointLayout::HfDcpShards && base_name(ck.dir) == "sharded") a.searched.push_back(parent_path(ck.dir));
+    if (ck.layout == CheckpointLayout::HfDcpShards && base_name(ck.dir) == "sharded")
+      a.searched.push_back(parent_path(ck.dir));
     for (const auto& d : ck.asset_dirs)  // a trainer's step folder, then its run folder
-      if (is_directory(d) && std::find(a.searched.begin(), a.searched.end(), d) == a.searched.end()) a.searched.push_back(d);
+      if (is_directory(d) && std::find(a.searched.begin(), a.searched.end(), d) == a.searched.end())
+        a.searched.push_back(d);
     for (const auto& dir : a.searched) look_in(dir, false, found, a.skipped);
   }
   for (auto& [name, asset] : found) {
     // --config's config.json in place of the one found (view/model_config.h): the weights follow it.
     if (model && name == "config.json" && !model->given().empty()) asset.source = model->given();
     if (model && name == "config.json") try {
-        if (std::shared_ptr<const ConfigFile> f = model->file(asset.source)) asset.text = std::shared_ptr<const std::string>(f, &f->text);
+        if (std::shared_ptr<const ConfigFile> f = model->file(asset.source))
+          asset.text = std::shared_ptr<const std::string>(f, &f->text);
       } catch (const Error&) {
         // unreadable: the copy reads it again and says so
       }
@@ -201,7 +227,8 @@ namespace {
 
 // The config.json copied beside the weights, or discarded.
 nlohmann::json copied_config(const Assets& assets) {
-  auto cfg = std::find_if(assets.files.begin(), assets.files.end(), [](const Asset& a) { return a.name == "config.json"; });
+  auto cfg =
+      std::find_if(assets.files.begin(), assets.files.end(), [](const Asset& a) { return a.name == "config.json"; });
   if (cfg == assets.files.end()) return nlohmann::json::value_t::discarded;
   try {
     return nlohmann::json::parse(cfg->text ? *cfg->text : ReadFile(cfg->source).read_all(), nullptr, false);
@@ -222,7 +249,8 @@ nlohmann::json output_layout(const Assets& assets, const std::vector<std::string
 
 std::optional<TiedEmbeddings> tied_embeddings(const Assets& assets, const std::vector<std::string>& output_keys) {
   const nlohmann::json j = copied_config(assets);
-  if (j.is_discarded() || !j.is_object() || !j.contains("tie_word_embeddings") || !j["tie_word_embeddings"].is_boolean())
+  if (j.is_discarded() || !j.is_object() || !j.contains("tie_word_embeddings") ||
+      !j["tie_word_embeddings"].is_boolean())
     return std::nullopt;
   TiedEmbeddings t;
   t.config = j["tie_word_embeddings"].get<bool>();
@@ -240,16 +268,19 @@ std::optional<TiedEmbeddings> tied_embeddings(const Assets& assets, const std::v
   bool causal_lm = false;
   if (j.contains("architectures") && j["architectures"].is_array())
     for (const auto& a : j["architectures"])
-      if (a.is_string() && a.get<std::string>().size() > 11 && a.get<std::string>().rfind("ForCausalLM") == a.get<std::string>().size() - 11)
+      if (a.is_string() && a.get<std::string>().size() > 11 &&
+          a.get<std::string>().rfind("ForCausalLM") == a.get<std::string>().size() - 11)
         causal_lm = true;
   if (t.config && t.lm_head)
-    t.note = "config.json ties the word embeddings (tie_word_embeddings: true) and the output holds lm_head.weight, which "
-             "is not the embedding's bytes (or has no embedding to be compared with): kept, and from_pretrained will tie "
-             "it to the input embeddings, not reading its values";
+    t.note =
+        "config.json ties the word embeddings (tie_word_embeddings: true) and the output holds lm_head.weight, which "
+        "is not the embedding's bytes (or has no embedding to be compared with): kept, and from_pretrained will tie "
+        "it to the input embeddings, not reading its values";
   else if (!t.config && !t.lm_head && causal_lm)
-    t.note = "config.json does not tie the word embeddings (tie_word_embeddings: false) and the output has no "
-             "lm_head.weight: from_pretrained will initialise the LM head at random (left out by --include, --exclude "
-             "or --select?)";
+    t.note =
+        "config.json does not tie the word embeddings (tie_word_embeddings: false) and the output has no "
+        "lm_head.weight: from_pretrained will initialise the LM head at random (left out by --include, --exclude "
+        "or --select?)";
   return t;
 }
 

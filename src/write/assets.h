@@ -33,8 +33,8 @@
 #include <vector>
 
 #include "meta/checkpoint.h"
-#include "view/model_config.h"
 #include "util/dtype.h"
+#include "view/model_config.h"
 
 namespace dcpctl {
 
@@ -96,10 +96,10 @@ std::string quantized_config(const std::string& config_text, const nlohmann::jso
 // at random when it is false. nullopt when no config.json is among the assets, it is not a JSON
 // object, or it has no boolean `tie_word_embeddings`.
 struct TiedEmbeddings {
-  bool config = false;   // config.json's tie_word_embeddings
+  bool config = false;  // config.json's tie_word_embeddings
   bool lm_head =
       false;  // the output holds the LM head (lm_head.weight, or the model schema's head: DeepSeek-V4's head.weight)
-  std::string note;      // what follows, for people; empty when nothing is worth saying
+  std::string note;  // what follows, for people; empty when nothing is worth saying
 };
 std::optional<TiedEmbeddings> tied_embeddings(const Assets& assets, const std::vector<std::string>& output_keys);
 

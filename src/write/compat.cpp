@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "meta/structure.h"
-#include "util/error.h"
 #include "store/file.h"
+#include "util/error.h"
 #include "write/dcp_metadata.h"
 #include "write/leftovers.h"
 #include "write/output.h"
@@ -88,8 +88,7 @@ MetadataOut metadata_out(const Checkpoint& ck) {
 // The first difference between what two models say of the items (empty: none). The written file
 // is read back with the same parser that read the input, so a writer bug cannot pass as a copy.
 std::string first_difference(const Metadata& a, const Metadata& b) {
-  if (a.tensors.size() != b.tensors.size() || a.bytes.size() != b.bytes.size())
-    return "item counts differ";
+  if (a.tensors.size() != b.tensors.size() || a.bytes.size() != b.bytes.size()) return "item counts differ";
   if (a.order != b.order) return "item order differs";
   auto same_ref = [&](const StorageRef& x, const StorageRef& y) {
     return x.present() == y.present() && (!x.present() || a.files[x.file] == b.files[y.file]) && x.offset == y.offset &&
@@ -101,7 +100,8 @@ std::string first_difference(const Metadata& a, const Metadata& b) {
         x.chunk_dims != y.chunk_dims || x.storage.size() != y.storage.size())
       return "tensor '" + x.fqn + "' differs";
     for (size_t c = 0; c < x.storage.size(); ++c)
-      if (!same_ref(x.storage[c], y.storage[c])) return "tensor '" + x.fqn + "' chunk " + std::to_string(c) + " storage differs";
+      if (!same_ref(x.storage[c], y.storage[c]))
+        return "tensor '" + x.fqn + "' chunk " + std::to_string(c) + " storage differs";
     if (y.strides_recorded) return "tensor '" + x.fqn + "' still records strides";
   }
   for (size_t i = 0; i < a.bytes.size(); ++i)
@@ -163,7 +163,8 @@ void copy_file(const std::string& src, const std::string& dst, uint64_t size) {
       if (errno == EINTR) continue;
       throw IoError(Where(src, done), "copy failed: " + errno_text(errno));
     }
-    if (n == 0) throw IoError(Where(src, done), "file shrank while being copied (" + std::to_string(size) + " bytes expected)");
+    if (n == 0)
+      throw IoError(Where(src, done), "file shrank while being copied (" + std::to_string(size) + " bytes expected)");
     done += static_cast<uint64_t>(n);
   }
   if (::fsync(out.fd) != 0) throw IoError(Where(dst), "fsync failed: " + errno_text(errno));
@@ -173,10 +174,14 @@ void copy_file(const std::string& src, const std::string& dst, uint64_t size) {
 
 const char* link_mode_name(LinkMode m) {
   switch (m) {
-    case LinkMode::Auto: return "auto";
-    case LinkMode::Reflink: return "reflink";
-    case LinkMode::Hard: return "hard";
-    case LinkMode::Copy: return "copy";
+    case LinkMode::Auto:
+      return "auto";
+    case LinkMode::Reflink:
+      return "reflink";
+    case LinkMode::Hard:
+      return "hard";
+    case LinkMode::Copy:
+      return "copy";
   }
   return "?";
 }
@@ -197,7 +202,8 @@ CompatResult write_compat(const Checkpoint& ck, const CompatOptions& opts) {
   if (!sr.problems.empty()) {
     std::string text;
     for (size_t i = 0; i < sr.problems.size() && i < 20; ++i) text += "\n  " + sr.problems[i].text();
-    if (sr.problems.size() > 20) text += "\n  ... (" + std::to_string(sr.problems.size() - 20) + " more; dcpctl verify lists them)";
+    if (sr.problems.size() > 20)
+      text += "\n  ... (" + std::to_string(sr.problems.size() - 20) + " more; dcpctl verify lists them)";
     throw FormatError(Where(ck.dir), "the checkpoint is incomplete or invalid; refusing to copy it:" + text);
   }
   check_output_path(opts.output, opts.force, ck.dir);
@@ -210,7 +216,8 @@ CompatResult write_compat(const Checkpoint& ck, const CompatOptions& opts) {
   std::string pkl = metadata_pickle(mo);
   Metadata back = parse_metadata(ByteSpan(reinterpret_cast<const uint8_t*>(pkl.data()), pkl.size()), "(new .metadata)");
   if (std::string d = first_difference(ck.md, back); !d.empty())
-    throw Error(Where(ck.metadata_path), "internal error: the rewritten .metadata does not describe the same checkpoint: " + d);
+    throw Error(Where(ck.metadata_path),
+                "internal error: the rewritten .metadata does not describe the same checkpoint: " + d);
   res.after = back.oldest_loader();
   res.metadata_bytes = pkl.size();
 
@@ -242,7 +249,8 @@ CompatResult write_compat(const Checkpoint& ck, const CompatOptions& opts) {
       continue;
     }
     if (opts.link == LinkMode::Reflink)
-      throw UnsupportedError(Where(src), "the filesystem cannot reflink it (" + errno_text(err) + "); use --link hard or --link copy");
+      throw UnsupportedError(
+          Where(src), "the filesystem cannot reflink it (" + errno_text(err) + "); use --link hard or --link copy");
     // Reflinking into a filesystem that cannot is cheap to find out once: every later file
     // would fail the same way, so Auto stops trying.
     reflink_ok = false;

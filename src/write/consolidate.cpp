@@ -104,7 +104,9 @@ json consolidate(const Checkpoint& ck, const ConsolidateOptions& o) {
   if (subtree.is_object()) command["model_subtree"] = subtree["option"];
   ModelRequest rq = model_request(opts, opts.assets_from, opts.lora);
   if (!o.quantize.scheme.empty())
-    command["quantize"] = {{"scheme", o.quantize.scheme}, {"block", {o.quantize.block[0], o.quantize.block[1]}}, {"skip", o.quantize.skip}};
+    command["quantize"] = {{"scheme", o.quantize.scheme},
+                           {"block", {o.quantize.block[0], o.quantize.block[1]}},
+                           {"skip", o.quantize.skip}};
   const Model model = build_model(ck, rq);
   opts.selection = model.selection();
   if (whole_model && o.map.empty())
@@ -123,7 +125,9 @@ json consolidate(const Checkpoint& ck, const ConsolidateOptions& o) {
         command["tied_head"] = t->head;
       }
   std::unique_ptr<OutputWriter> writer = opts.format->consolidate_writer(opts);
-  json r = execute({untied ? *untied : model.checkpoint(), opts, model, target, command, opts.parallel_write, opts.local_files}, *writer);
+  json r = execute(
+      {untied ? *untied : model.checkpoint(), opts, model, target, command, opts.parallel_write, opts.local_files},
+      *writer);
   r["model_subtree"] = subtree;
   if (r.contains("tie_word_embeddings") && r["tie_word_embeddings"].is_object())
     r["tie_word_embeddings"]["left_out"] = tied_left_out;

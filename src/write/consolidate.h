@@ -23,21 +23,21 @@
 #include <string>
 
 #include "meta/checkpoint.h"
-#include "view/lora/lora_config.h"
-#include "view/codecs/quantize.h"
 #include "plan/format.h"
+#include "view/codecs/quantize.h"
+#include "view/lora/lora_config.h"
 #include "write/run.h"
 
 namespace dcpctl {
 
 struct ConsolidateOptions : WriteOptions {
   const Format* format = &formats::safetensors;  // a row with a consolidate_writer
-  uint64_t max_shard_size = 5'000'000'000;  // a sharded format (the HF folder)
+  uint64_t max_shard_size = 5'000'000'000;       // a sharded format (the HF folder)
   // --lora: the checkpoint's LoRA adapter written as it is (Keep), as a PEFT adapter folder
   // (Adapter: formats::peft_adapter) or merged into its base model (Merge), through the view of
   // meta/lora_keys.h; the selection picks what the view is made of.
   LoraRequest lora;
-  bool flat = false;                // Torch: flat keys
+  bool flat = false;  // Torch: flat keys
   // The values of the format's own options (plan/format.h FormatOption: a GGUF's --outtype,
   // --split-max-size, --split-max-tensors), checked by its row's check_options.
   FormatOptionValues format_options;
@@ -47,8 +47,8 @@ struct ConsolidateOptions : WriteOptions {
   // none without `copy_assets`. Rank 0 copies them at commit, after the shards and before the index.
   bool copy_assets = true;
   std::string assets_from;
-  bool lightning_meta = true;       // Torch: merge a Lightning checkpoint's meta.pt (write/lightning_meta.h)
-  uint64_t window = 64ull << 20;    // the copy window (write/run.h)
+  bool lightning_meta = true;     // Torch: merge a Lightning checkpoint's meta.pt (write/lightning_meta.h)
+  uint64_t window = 64ull << 20;  // the copy window (write/run.h)
   // Under torchrun (group): the ranks read their share of the chunks and push it to rank 0, which
   // writes the output (dist/exchange.h).
   // The HF folder under torchrun: each rank writes whole shards itself (into rank 0's temporary

@@ -141,8 +141,10 @@ void planner_data(Pickler& p, const MetadataOut& md) {
   for (const auto& [key, path] : md.planner_data) {
     p.str(key, true);
     auto elem = [&](const PathElem& e) {
-      if (e.is_index) p.integer(e.index);
-      else p.str(e.key, true);
+      if (e.is_index)
+        p.integer(e.index);
+      else
+        p.str(e.key, true);
     };
     if (path.size() <= 3) {
       for (const auto& e : path) elem(e);
@@ -161,7 +163,8 @@ void planner_data(Pickler& p, const MetadataOut& md) {
 }
 
 // A MetadataIndex(fqn, offset, index): a tensor's chunk (`chunk` set) or a bytes item.
-void metadata_index(Pickler& p, const std::string& fqn, const std::vector<int64_t>* offsets, std::optional<size_t> chunk) {
+void metadata_index(Pickler& p, const std::string& fqn, const std::vector<int64_t>* offsets,
+                    std::optional<size_t> chunk) {
   new_object(p, kMeta, "MetadataIndex");
   p.empty_dict();
   p.mark();
@@ -216,8 +219,10 @@ void storage_meta(Pickler& p, const MetadataOut& md) {
   p.empty_dict();
   p.mark();
   p.str("checkpoint_id", true);
-  if (md.checkpoint_id) p.str(*md.checkpoint_id);
-  else p.none();
+  if (md.checkpoint_id)
+    p.str(*md.checkpoint_id);
+  else
+    p.none();
   p.str("save_id", true);
   p.str(md.save_id);
   p.str("load_id", true);

@@ -44,7 +44,8 @@ void check_output(const WriteRequest& request, OutputWriter& writer, bool leader
     else
       clear_dead_uploads(request.o.output, request.o.dry_run, request.o.note);
   } catch (const std::exception& e) {
-    if (request.o.group) request.o.group->announce("agree/command", std::string("rank 0 failed: ") + e.what(), exit_code_of(e));
+    if (request.o.group)
+      request.o.group->announce("agree/command", std::string("rank 0 failed: ") + e.what(), exit_code_of(e));
     throw;
   }
 }
@@ -179,8 +180,9 @@ json plan_summary(const WriteJob& job) {
   if (ck.derived)  // what the views said of themselves ("dequantized", "lora", "map", "quantized")
     for (const auto& [view, said] : ck.derived->views.items()) summary[view] = said;
   if (is_remote(o.output))  // the store's object: its part size and buffers here, what it moved added by the command
-    summary[store::of_url(o.output).report_name()] = {{"part_size", job.deal.part_size[static_cast<size_t>(job.me)]},
-                                                      {"part_buffers", job.deal.part_buffers[static_cast<size_t>(job.me)]}};
+    summary[store::of_url(o.output).report_name()] = {
+        {"part_size", job.deal.part_size[static_cast<size_t>(job.me)]},
+        {"part_buffers", job.deal.part_buffers[static_cast<size_t>(job.me)]}};
   return summary;
 }
 
@@ -190,7 +192,8 @@ void add_dry_run_plan(const WriteJob& job, json& summary) {
   if (o.plan_report == WriteOptions::PlanReport::Rendered) {
     summary["plan"] = job.plan.render(2);
     std::string deal;
-    nlohmann::detail::serializer<json> s(nlohmann::detail::output_adapter<char, std::string>(deal), ' ', json::error_handler_t::strict);
+    nlohmann::detail::serializer<json> s(nlohmann::detail::output_adapter<char, std::string>(deal), ' ',
+                                         json::error_handler_t::strict);
     s.dump(job.deal.describe(), true, false, 2, 2);
     summary["deal"] = std::move(deal);
     summary[kRenderedPlan] = true;
@@ -207,8 +210,8 @@ void seal_with_manifest(OutputWriter& writer, const WriteJob& job, json& summary
     if (is_remote(o.output)) forget_listings();  // the prefix was listed before its objects were written
     const bool folder = is_directory(staged);
     uint64_t read_back = 0;
-    Manifest m = make_manifest(staged, final_path, writer.name(), job.request.ck.dir, std::max(1u, o.threads), false, &read_back,
-                               o.manifest);
+    Manifest m = make_manifest(staged, final_path, writer.name(), job.request.ck.dir, std::max(1u, o.threads), false,
+                               &read_back, o.manifest);
     m.tensors = written_tensor_digests(job.plan, &read_back);  // hashed as written (write/tensor_hash.h)
     write_manifest_file(staged, m, folder ? "" : final_path, job.uploads);
     uint64_t hashed = 0;
@@ -234,7 +237,8 @@ void write_part(OutputWriter& writer, WriteJob& job, const WriteShared& w, const
   LocalChunks local(job.reader, kTransferWindow, w.decoded);
   std::unique_ptr<ChunkExchange> ex;
   if (w.exchange) {
-    ex = std::make_unique<ChunkExchange>(*job.group, job.reader, job.deal.transfers, job.deal.lanes, kTransferWindow, w.gate);
+    ex = std::make_unique<ChunkExchange>(*job.group, job.reader, job.deal.transfers, job.deal.lanes, kTransferWindow,
+                                         w.gate);
     ex->start_pushing();
   }
   Executor executor{job.plan, ex ? static_cast<ChunkSource&>(*ex) : local, w.gate, w.prog, std::max(1u, o.threads)};
@@ -278,14 +282,16 @@ json execute(const WriteRequest& request, OutputWriter& writer) {
   // asked only where every process reads every chunk it writes (the answer must be the same on
   // every rank, and with an exchange the writer may not see the chunk's file).
   std::function<bool(const TensorMeta&, size_t)> in_place;
-  if (!group || !writer.exchange()) in_place = [&](const TensorMeta& t, size_t c) { return reader.readable_in_place(t, c); };
+  if (!group || !writer.exchange())
+    in_place = [&](const TensorMeta& t, size_t c) { return reader.readable_in_place(t, c); };
   // --dtype keeps what the model and the key maps keep in their saved dtype (plan/precision.h).
   // A whole model's output (an HF folder) claims to be the model, so an unknown model is refused there.
   const PrecisionPolicy precision = precision_policy(ck, o, request.model, request.target.format->whole_model);
   Target target = request.target;
   target.precision = &precision;
   WriteJob job{request, reader, plan_write(ck, o.selection, o.cast, target, in_place), {}, {}, group, me, leader};
-  job.visibility = group && request.local_files ? gather_visibility(*group, ck) : Visibility::everything(world, ck.md.files.size());
+  job.visibility =
+      group && request.local_files ? gather_visibility(*group, ck) : Visibility::everything(world, ck.md.files.size());
   const bool exchange = group && writer.exchange();
   if (exchange && !o.dry_run) group->connect_transport();
   job.deal = deal_work(ck, job.plan, deal_request(job, writer, exchange, world));
@@ -312,7 +318,8 @@ json execute(const WriteRequest& request, OutputWriter& writer) {
   // committed.
   std::unique_ptr<UploadSession> uploads;
   if (is_remote(o.output)) {
-    uploads = std::make_unique<UploadSession>(job.deal.part_size[static_cast<size_t>(me)], job.deal.part_buffers[static_cast<size_t>(me)]);
+    uploads = std::make_unique<UploadSession>(job.deal.part_size[static_cast<size_t>(me)],
+                                              job.deal.part_buffers[static_cast<size_t>(me)]);
     // What a SIGKILL would leave open, recorded for the next run (write/leftovers.h).
     if (std::string journal = upload_journal_name(o.output); !journal.empty()) uploads->journal_in(journal, o.output);
   }
@@ -326,10 +333,13 @@ json execute(const WriteRequest& request, OutputWriter& writer) {
     const std::string set_up = set_up_on_leader(group, [&] { return writer.set_up(job); });
     if (uploads) uploads->start_part_window();
     const std::string failpoint_name = std::string(writer.name()) + "-write";
-    bool committed = write_then_commit(group, [&] {
-      if (group) failpoint(failpoint_name.c_str(), me);
-      write_part(writer, job, shared, set_up);
-    }, [&] { writer.commit(job); });
+    bool committed = write_then_commit(
+        group,
+        [&] {
+          if (group) failpoint(failpoint_name.c_str(), me);
+          write_part(writer, job, shared, set_up);
+        },
+        [&] { writer.commit(job); });
     if (uploads) uploads->keep();
     if (!committed) {
       summary["rank"] = me;
@@ -367,7 +377,8 @@ void dump_summary(nlohmann::json& summary, std::ostream& os) {
   const std::string text = summary.dump(2);
   const std::string plan_mark = "\"plan\": \"\\u0001\"", deal_mark = "\"deal\": \"\\u0001\"";
   const size_t d = text.find(deal_mark), p = text.find(plan_mark);
-  if (d == std::string::npos || p == std::string::npos || d > p) throw Error(Where(), "internal error: the dry run's summary lost its plan");
+  if (d == std::string::npos || p == std::string::npos || d > p)
+    throw Error(Where(), "internal error: the dry run's summary lost its plan");
   os.write(text.data(), static_cast<std::streamsize>(d));
   os << "\"deal\": " << deal;
   os.write(text.data() + d + deal_mark.size(), static_cast<std::streamsize>(p - d - deal_mark.size()));

@@ -19,7 +19,6 @@
 // DCP .metadata), how its outputs are created, written and committed.
 #pragma once
 
-
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -32,8 +31,8 @@
 #include "meta/checkpoint.h"
 #include "plan/deal.h"
 #include "plan/plan.h"
-#include "write/executor.h"
 #include "view/model.h"
+#include "write/executor.h"
 #include "write/run.h"
 
 namespace dcpctl {
@@ -88,7 +87,10 @@ class OutputWriter {
   // True when a zstd chunk read for several records is decoded once (item/decoded_chunks.h).
   virtual bool decode_once() const { return false; }
   // The threads of one writer; under torchrun one exchange lane each.
-  virtual unsigned lanes(const WriteRequest& request, Group* group) const { (void)group; return std::max(1u, request.o.threads); }
+  virtual unsigned lanes(const WriteRequest& request, Group* group) const {
+    (void)group;
+    return std::max(1u, request.o.threads);
+  }
   // Rank 0, before anything else, after the output's own check: what the format refuses beyond
   // the checkpoint and the output (consolidate: an --assets folder that is not there). Under
   // torchrun the other ranks learn of a refusal, with its exit code, at the command agreement.

@@ -5,11 +5,11 @@
 #include <map>
 #include <optional>
 
+#include "plan/format.h"
 #include "plan/memory.h"
 #include "util/crc32.h"
 #include "util/numeric.h"
 #include "util/parallel.h"
-#include "plan/format.h"
 #include "write/shared_reads.h"
 #include "write/stream.h"
 #include "write/torch_save.h"
@@ -50,8 +50,9 @@ void Executor::rank_file_record(size_t ri, OutputFile& out, WorkerBuffers& scrat
   const PlannedTensor& pt = plan.tensors[r.tensor];
   uint64_t n = r.box.numel();
   if (std::optional<std::vector<FileRun>> runs = in_place_runs(src, *pt.t, r)) {
-    write_tensor_blob_streamed(out, pt.dst, r.box.sizes, n * itemsize(pt.dst), [&] { return stream_runs(out, *runs, pt.src, pt.dst, win); },
-                               part_of(ri));
+    write_tensor_blob_streamed(
+        out, pt.dst, r.box.sizes, n * itemsize(pt.dst), [&] { return stream_runs(out, *runs, pt.src, pt.dst, win); },
+        part_of(ri));
     return;
   }
   // Everything the record needs, reserved at once (its need): the assembled box, its cast, and
@@ -61,17 +62,21 @@ void Executor::rank_file_record(size_t ri, OutputFile& out, WorkerBuffers& scrat
   scratch.prepare(raw_bytes, conv_bytes, need.rest);
   assemble_box(src, *pt.t, r.box, r.pieces, scratch.a());
   if (pt.src != pt.dst) cast_elements(pt.src, pt.dst, scratch.a(), scratch.b(), n);
-  write_tensor_blob(out, pt.dst, r.box.sizes, pt.src != pt.dst ? scratch.b() : scratch.a(), pt.src != pt.dst ? conv_bytes : raw_bytes,
-                    part_of(ri));
+  write_tensor_blob(out, pt.dst, r.box.sizes, pt.src != pt.dst ? scratch.b() : scratch.a(),
+                    pt.src != pt.dst ? conv_bytes : raw_bytes, part_of(ri));
 }
 
 void Executor::write(const Deal& deal, int me, FileSink& files) {
   switch (plan.target.format->writing) {
-    case Writing::AtOffsets: write_at_offsets(deal.tasks, me, deal.lanes, files); break;
+    case Writing::AtOffsets:
+      write_at_offsets(deal.tasks, me, deal.lanes, files);
+      break;
     case Writing::InOrder:
       if (!deal.writer_of.empty() && deal.writer_of[0] == me) write_in_order(deal.tasks, files);
       break;
-    case Writing::RankFiles: write_rank_files(deal.files_of(me), files); break;
+    case Writing::RankFiles:
+      write_rank_files(deal.files_of(me), files);
+      break;
   }
 }
 
@@ -123,7 +128,8 @@ void Executor::offsets_task(const Task& task, FileSink& files, WorkerBuffers& sc
   const uint64_t from = run ? task.from : 0, to = run ? (task.bytes ? task.from + task.bytes : run->bytes) : 0;
   // A run all in the page cache already (a checkpoint just saved or read) is copied there below,
   // in the kernel; any other is read past the cache.
-  if (run && pt.src == pt.dst && direct_io && window >= kDirectMinRun && run->file->worth_reading_direct(run->offset, run->bytes)) {
+  if (run && pt.src == pt.dst && direct_io && window >= kDirectMinRun &&
+      run->file->worth_reading_direct(run->offset, run->bytes)) {
     uint64_t out_off = base + chunk_start(t, task.chunks.front().chunk);
     // The lane's copy window (at most the direct window), kept from one task to the next (a fresh
     // one would fault in its pages each time). Each read's aligned blocks fit in it, and so do its
@@ -189,10 +195,13 @@ void Executor::offsets_task(const Task& task, FileSink& files, WorkerBuffers& sc
   } else {
     // Received in windows, or decoded whole here inside the gate (zstd, a view that is not
     // contiguous); each window is cast and written at its place.
-    src.read(task.lane, t, c, [&](const uint8_t* p, uint64_t off, uint64_t n) {
-      out.pwrite_all(cast_window(pt.src, pt.dst, p, n, conv), n / si * di, out_off + off / si * di);
-      prog.add(n / si * di);
-    }, GateCharge{&gate, whole_chunk_need(t, c)});
+    src.read(
+        task.lane, t, c,
+        [&](const uint8_t* p, uint64_t off, uint64_t n) {
+          out.pwrite_all(cast_window(pt.src, pt.dst, p, n, conv), n / si * di, out_off + off / si * di);
+          prog.add(n / si * di);
+        },
+        GateCharge{&gate, whole_chunk_need(t, c)});
   }
 }
 
@@ -207,8 +216,8 @@ uint64_t Executor::shared_cost(const Task& task) const {
   std::vector<std::pair<uint64_t, uint64_t>> lands;
   uint64_t held = 0;
   for (const Piece& p : r.pieces) {
-    if (!p.run || p.frames || !p.source || !p.source->dtype || *p.source->dtype != pt.src || p.chunk >= p.source->storage.size() ||
-        p.source->storage[p.chunk].transforms != 0)
+    if (!p.run || p.frames || !p.source || !p.source->dtype || *p.source->dtype != pt.src ||
+        p.chunk >= p.source->storage.size() || p.source->storage[p.chunk].transforms != 0)
       return 0;
     lands.push_back({p.to, p.bytes});
     held += p.bytes + 2 * kDirectAlign;  // its share of a window, and a window's alignment
@@ -224,8 +233,8 @@ uint64_t Executor::shared_cost(const Task& task) const {
   return held + r.out_bytes + 2 * kDirectAlign + (pt.src != pt.dst ? align_up(raw) : 0);
 }
 
-bool Executor::shared_group(const std::vector<Task>& tasks, const std::vector<size_t>& mine, size_t begin, size_t end, FileSink& files,
-                            WorkerBuffers& scratch, uint64_t limit) {
+bool Executor::shared_group(const std::vector<Task>& tasks, const std::vector<size_t>& mine, size_t begin, size_t end,
+                            FileSink& files, WorkerBuffers& scratch, uint64_t limit) {
   // The chunks the group reads, each where it lies in its file (its record now watched by the
   // file's CRC ledger), and every piece's run of them, task by task, piece by piece.
   struct Source {
@@ -317,7 +326,8 @@ bool Executor::shared_group(const std::vector<Task>& tasks, const std::vector<si
       const Record& r = plan.records[record];
       const PlannedTensor& pt = plan.tensors[r.tensor];
       uint8_t* place = q + (files.data_start(r.dest) + r.offset - s.at);
-      if (const HashPart* part = part_of(record)) out.hash_part(*part, files.data_start(r.dest) + r.offset, r.out_bytes);
+      if (const HashPart* part = part_of(record))
+        out.hash_part(*part, files.data_start(r.dest) + r.offset, r.out_bytes);
       uint8_t* raw = pt.src != pt.dst ? a + raw_at : place;
       for (const Piece& p : r.pieces) {
         const uint32_t w = joined.window_of[ri];
@@ -352,7 +362,8 @@ void Executor::write_at_offsets(const std::vector<Task>& tasks, int me, unsigned
   // An object-storage output (the sink's uploads): a task starts only a few tasks past the earliest unfinished
   // one, and waits for that before it takes any memory (so the lane the earliest task needs is never
   // short of memory held by lanes that wait); the parts left unfinished stay within the pool.
-  const bool admit = files.admits() && std::any_of(tasks.begin(), tasks.end(), [&](const Task& t) { return t.writer == me; });
+  const bool admit =
+      files.admits() && std::any_of(tasks.begin(), tasks.end(), [&](const Task& t) { return t.writer == me; });
   if (admit) {
     std::vector<bool> mine(tasks.size());
     for (size_t i = 0; i < tasks.size(); ++i) mine[i] = tasks[i].writer == me;
@@ -434,27 +445,34 @@ void Executor::write_in_order(const std::vector<Task>& tasks, FileSink& files) {
     const TensorMeta& t = *pt.t;
     std::string key = std::to_string(r.tensor);
     if (!task.whole) {
-      zw.write_storage_streamed(key, r.out_bytes, [&] {
-        uint32_t crc = 0;
-        for (const Piece& p : r.pieces) {
-          if (std::optional<DirectRun> run = src.in_place(t, p.chunk)) {
-            crc = stream_runs(out, {{run->file, run->offset + p.from, p.bytes, t.fqn}}, pt.src, pt.dst, win, crc);
-            continue;
-          }
-          src.read(0, t, p.chunk, [&](const uint8_t* data, uint64_t, uint64_t n) {
-            const uint8_t* w = cast_window(pt.src, pt.dst, data, n, conv);
-            uint64_t m = n / itemsize(pt.src) * itemsize(pt.dst);
-            crc = crc32_update(crc, w, m);
-            out.append(w, m);
-          }, GateCharge{&gate, whole_chunk_need(t, p.chunk)});
-        }
-        return crc;
-      }, part_of(task.record));
+      zw.write_storage_streamed(
+          key, r.out_bytes,
+          [&] {
+            uint32_t crc = 0;
+            for (const Piece& p : r.pieces) {
+              if (std::optional<DirectRun> run = src.in_place(t, p.chunk)) {
+                crc = stream_runs(out, {{run->file, run->offset + p.from, p.bytes, t.fqn}}, pt.src, pt.dst, win, crc);
+                continue;
+              }
+              src.read(
+                  0, t, p.chunk,
+                  [&](const uint8_t* data, uint64_t, uint64_t n) {
+                    const uint8_t* w = cast_window(pt.src, pt.dst, data, n, conv);
+                    uint64_t m = n / itemsize(pt.src) * itemsize(pt.dst);
+                    crc = crc32_update(crc, w, m);
+                    out.append(w, m);
+                  },
+                  GateCharge{&gate, whole_chunk_need(t, p.chunk)});
+            }
+            return crc;
+          },
+          part_of(task.record));
     } else {
       GateReservation hold(gate, r.need);
       std::vector<uint8_t> full(t.nbytes());
       assemble_box(src, t, r.box, r.pieces, full.data(), threads, task.lane);
-      zw.write_storage(key, cast_window(pt.src, pt.dst, full.data(), full.size(), conv), r.out_bytes, part_of(task.record));
+      zw.write_storage(key, cast_window(pt.src, pt.dst, full.data(), full.size(), conv), r.out_bytes,
+                       part_of(task.record));
     }
     prog.add(r.out_bytes);
   }

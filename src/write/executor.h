@@ -1,7 +1,7 @@
 // The executor: carries out a write plan (plan/plan.h) over a ChunkSource (item/chunk_source.h),
 // for every way a format writes its files (plan/format.h): records at offsets in files
-// with a header (safetensors), in order into one zip (.pt), and into rank files (DCP). execute (write/execute.h) plans, sets up the outputs and
-// commits them; what moves bytes from the saved chunks into the outputs, inside the memory gate
+// with a header (safetensors), in order into one zip (.pt), and into rank files (DCP). execute (write/execute.h) plans,
+// sets up the outputs and commits them; what moves bytes from the saved chunks into the outputs, inside the memory gate
 // and with progress, is here, once. The tasks (plan/deal.h) say which records a writer writes and on
 // which lane.
 //
@@ -39,7 +39,10 @@ class FileSink {
   // AtOffsets, InOrder: planned file `f` as the leader's set-up created it (AtOffsets: its header
   // written, its data section starting at data_start(f)).
   virtual OutputFile& file(size_t f) = 0;
-  virtual uint64_t data_start(size_t f) const { (void)f; return 0; }
+  virtual uint64_t data_start(size_t f) const {
+    (void)f;
+    return 0;
+  }
   // InOrder: the zip's data.pkl, and what is appended after the records (storages of its own:
   // write/lightning_meta.h).
   virtual std::string pickle() { return {}; }
@@ -47,7 +50,10 @@ class FileSink {
   // RankFiles: creates planned file `f` (the calling thread writes and commits it), appends what
   // precedes its records (rank 0's non-tensor items, through `win`), and learns where each record
   // landed.
-  virtual std::unique_ptr<OutputFile> create(size_t f) { (void)f; return nullptr; }
+  virtual std::unique_ptr<OutputFile> create(size_t f) {
+    (void)f;
+    return nullptr;
+  }
   virtual void lead(size_t f, OutputFile& out, StreamWindow& win) { (void)f, (void)out, (void)win; }
   virtual void placed(size_t record, uint64_t offset, uint64_t length) { (void)record, (void)offset, (void)length; }
 
@@ -55,10 +61,18 @@ class FileSink {
   // session (store/upload.h), which admits the tasks; for local files (no session) these do nothing.
   // The format sets `uploads` from its job before the executor writes.
   bool admits() const { return uploads != nullptr; }
-  void admit_tasks(const std::vector<bool>& mine) { if (uploads) uploads->admit_tasks(mine); }
-  void task_begin(size_t i) { if (uploads) uploads->task_begin(i); }
-  void task_end(size_t i) { if (uploads) uploads->task_end(i); }
-  void fail_tasks(std::exception_ptr cause) { if (uploads) uploads->fail_tasks(std::move(cause)); }
+  void admit_tasks(const std::vector<bool>& mine) {
+    if (uploads) uploads->admit_tasks(mine);
+  }
+  void task_begin(size_t i) {
+    if (uploads) uploads->task_begin(i);
+  }
+  void task_end(size_t i) {
+    if (uploads) uploads->task_end(i);
+  }
+  void fail_tasks(std::exception_ptr cause) {
+    if (uploads) uploads->fail_tasks(std::move(cause));
+  }
   UploadSession* uploads = nullptr;
 };
 
@@ -97,8 +111,8 @@ struct Executor {
   // at most `limit` bytes; false, with nothing read or written, when a chunk it reads cannot be
   // read in place after all (its tasks then run one by one).
   uint64_t shared_cost(const Task& task) const;
-  bool shared_group(const std::vector<Task>& tasks, const std::vector<size_t>& mine, size_t begin, size_t end, FileSink& files,
-                    WorkerBuffers& scratch, uint64_t limit);
+  bool shared_group(const std::vector<Task>& tasks, const std::vector<size_t>& mine, size_t begin, size_t end,
+                    FileSink& files, WorkerBuffers& scratch, uint64_t limit);
   void rank_file_record(size_t ri, OutputFile& out, WorkerBuffers& scratch, StreamWindow& win);
   uint64_t task_need(const Task& task) const;  // the most a task holds of the gate at once
   const HashPart* part_of(size_t record) const {

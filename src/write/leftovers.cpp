@@ -296,7 +296,8 @@ void clear_dead_temporaries(const std::string& final_path, bool dry_run,
   }
 }
 
-void clear_dead_uploads(const std::string& output_url, bool dry_run, const std::function<void(const std::string&)>& note) {
+void clear_dead_uploads(const std::string& output_url, bool dry_run,
+                        const std::function<void(const std::string&)>& note) {
   auto say = [&](const std::string& s) {
     if (note) note(s);
   };
@@ -331,8 +332,8 @@ void clear_dead_uploads(const std::string& output_url, bool dry_run, const std::
   }
   for (const std::string& o : others) say(o + "; left alone");
   if (dead.empty()) return;
-  const std::string whose = std::to_string(dead.size()) + " dcpctl run(s) on this host that are gone (" + dead.front().url() +
-                            (dead.size() > 1 ? ", ..." : "") + ")";
+  const std::string whose = std::to_string(dead.size()) + " dcpctl run(s) on this host that are gone (" +
+                            dead.front().url() + (dead.size() > 1 ? ", ..." : "") + ")";
   // The open uploads under the output are told apart by nothing but the records: with a run that
   // may still be writing it, none is aborted.
   if (!others.empty()) {

@@ -92,6 +92,7 @@ void clear_dead_temporaries(const std::string& final_path, bool dry_run,
 // The same for an object-storage output (`s3://`, `gs://`): aborts the uploads dead runs left open
 // under it and deletes their records, names the others' (see above). Failures are named and the
 // run goes on.
-void clear_dead_uploads(const std::string& output_url, bool dry_run, const std::function<void(const std::string&)>& note);
+void clear_dead_uploads(const std::string& output_url, bool dry_run,
+                        const std::function<void(const std::string&)>& note);
 
 }  // namespace dcpctl

@@ -8,9 +8,9 @@
 #include "pickle/repr.h"
 #include "pickle/tree.h"
 #include "pickle/vm.h"
+#include "store/file.h"
 #include "util/crc32.h"
 #include "util/dtype.h"
-#include "store/file.h"
 
 namespace dcpctl {
 

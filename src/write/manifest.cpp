@@ -1,6 +1,5 @@
 #include "write/manifest.h"
 
-
 #include <algorithm>
 #include <atomic>
 #include <mutex>
@@ -10,8 +9,8 @@
 #include "item/window.h"
 #include "meta/checkpoint.h"
 #include "store/file.h"
-#include "util/dtype.h"
 #include "util/crc32.h"
+#include "util/dtype.h"
 #include "util/parallel.h"
 #include "util/sha256.h"
 #include "write/output.h"
@@ -101,7 +100,8 @@ Manifest make_manifest(const std::string& staged, const std::string& final_path,
   return m;
 }
 
-void write_manifest_file(const std::string& path, const Manifest& m, const std::string& beside, UploadSession* uploads) {
+void write_manifest_file(const std::string& path, const Manifest& m, const std::string& beside,
+                         UploadSession* uploads) {
   const std::string target = beside.empty() ? manifest_path(path) : beside + "." + kManifestFile;
   const std::string text = m.to_json().dump(2) + "\n";
   OutputFile f(target, uploads);

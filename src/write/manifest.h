@@ -19,10 +19,9 @@ const std::string& manifest_tool_version();
 // The manifest of `staged` (a folder, or a single file under a temporary name that will be
 // `final_path`), naming `command` and `source`. With `tensors`, the digest of every tensor of the
 // output opened as a checkpoint (DCP, HF safetensors, a file): verify --write-manifest. A write
-// leaves them out here and sets those hashed as it wrote (write/tensor_hash.h). The files' digests are those computed as they
-// were written (write/write_hash.h) where there are some, else read; `read_back` (when given) gets
-// the bytes read to hash them.
-// `alg`: the digest (meta/manifest.h); the written digests a write recorded are in the same one.
+// leaves them out here and sets those hashed as it wrote (write/tensor_hash.h). The files' digests are those computed
+// as they were written (write/write_hash.h) where there are some, else read; `read_back` (when given) gets the bytes
+// read to hash them. `alg`: the digest (meta/manifest.h); the written digests a write recorded are in the same one.
 Manifest make_manifest(const std::string& staged, const std::string& final_path, const std::string& command,
                        const std::string& source, unsigned threads, bool tensors = false, uint64_t* read_back = nullptr,
                        ManifestAlgorithm alg = ManifestAlgorithm::Crc32);

@@ -165,14 +165,16 @@ void check_output_path(const std::string& path_in, bool force, const std::string
     if (!rprot.empty() && rpath == rprot) throw UsageError(Where(path), "output is the checkpoint being read");
     // Replacing a directory that holds the checkpoint would delete the input.
     if (!rprot.empty() && !rpath.empty() && rprot.rfind(rpath + "/", 0) == 0)
-      throw UsageError(Where(path), "output contains the checkpoint being read (" + protect_dir + "); choose another path");
+      throw UsageError(Where(path),
+                       "output contains the checkpoint being read (" + protect_dir + "); choose another path");
     if (!force) throw UsageError(Where(path), "output exists; pass --force to replace it");
   }
 }
 
 OutputFile::OutputFile(std::string final_path, UploadSession* uploads) : final_(std::move(final_path)) {
   if (is_remote(final_)) {
-    if (!uploads) throw IoError(Where(final_), "internal: an object-storage output written outside a write job's upload session");
+    if (!uploads)
+      throw IoError(Where(final_), "internal: an object-storage output written outside a write job's upload session");
     tmp_ = final_;
     up_ = std::make_unique<Upload>(final_, *uploads);
     if (hashing_writes()) hash_ = std::make_unique<WriteHash>(tmp_, final_);  // hashed as uploaded
@@ -191,7 +193,8 @@ OutputFile::OutputFile(std::string final_path, UploadSession* uploads) : final_(
 }
 
 std::unique_ptr<OutputFile> OutputFile::open_shared(const std::string& temp_path) {
-  if (is_remote(temp_path)) throw UnsupportedError(Where(temp_path), "several processes cannot write one object in object storage");
+  if (is_remote(temp_path))
+    throw UnsupportedError(Where(temp_path), "several processes cannot write one object in object storage");
   std::unique_ptr<OutputFile> f(new OutputFile());
   f->final_ = f->tmp_ = temp_path;
   f->owner_ = false;
@@ -330,7 +333,8 @@ void OutputFile::stage_appends(uint64_t block) {
     try {
       b = make_io_buffer(s->block);
     } catch (const std::bad_alloc&) {
-      throw IoError(Where(final_), "cannot allocate the write-behind buffers (" + std::to_string(2 * s->block) + " bytes)");
+      throw IoError(Where(final_),
+                    "cannot allocate the write-behind buffers (" + std::to_string(2 * s->block) + " bytes)");
     }
   }
   s->base = align_up(pos_);
@@ -397,7 +401,8 @@ void OutputFile::commit() {
   committed_ = true;
 }
 
-OutputDir::OutputDir(std::string final_path, UploadSession* uploads) : final_(std::move(final_path)), uploads_(uploads) {
+OutputDir::OutputDir(std::string final_path, UploadSession* uploads)
+    : final_(std::move(final_path)), uploads_(uploads) {
   while (final_.size() > 1 && final_.back() == '/') final_.pop_back();
   if (is_remote(final_)) {
     // No temporary prefix (objects cannot be renamed): the files go straight under the final one,
@@ -424,7 +429,9 @@ OutputDir::~OutputDir() {
   release(slot_);
 }
 
-std::string OutputDir::path_of(const std::string& name) const { return tmp_ + "/" + name; }
+std::string OutputDir::path_of(const std::string& name) const {
+  return tmp_ + "/" + name;
+}
 
 void OutputDir::commit() {
   if (remote_) {  // every file was completed by its own commit, the last one last

@@ -99,7 +99,7 @@ class OutputFile {
   int slot_ = -1;
   DirectFd direct_;
   std::unique_ptr<Staging> staging_;
-  std::unique_ptr<Upload> up_;  // an object-storage output
+  std::unique_ptr<Upload> up_;       // an object-storage output
   std::unique_ptr<WriteHash> hash_;  // the file's SHA-256 as written (write/write_hash.h)
   bool digested_ = false;
   FileDigest digest_;
@@ -109,7 +109,9 @@ class OutputFile {
 
 // Where to put the bytes for output offset `offset` in a kDirectAlign-aligned buffer so that
 // pwrite_direct can write them past the page cache: `buf` + offset % kDirectAlign.
-inline uint8_t* direct_place(uint8_t* aligned_buf, uint64_t offset) { return aligned_buf + offset % kDirectAlign; }
+inline uint8_t* direct_place(uint8_t* aligned_buf, uint64_t offset) {
+  return aligned_buf + offset % kDirectAlign;
+}
 
 // A directory output: files are created inside a temporary directory, which replaces the final
 // directory on commit.

@@ -44,8 +44,12 @@ bool Pickler::get_memo(const std::string& key) {
   return true;
 }
 
-void Pickler::none() { op(NONE); }
-void Pickler::boolean(bool b) { op(b ? NEWTRUE : NEWFALSE); }
+void Pickler::none() {
+  op(NONE);
+}
+void Pickler::boolean(bool b) {
+  op(b ? NEWTRUE : NEWFALSE);
+}
 
 void Pickler::integer(int64_t v) {
   if (v >= 0 && v < 256) {
@@ -156,29 +160,62 @@ void Pickler::global(std::string_view module, std::string_view name) {
   put_memo();
 }
 
-void Pickler::mark() { op(MARK); }
-void Pickler::tuple_from_mark() { op(TUPLE); }
-void Pickler::empty_tuple() { op(EMPTY_TUPLE); }
-
-void Pickler::tuple(size_t n) {
-  if (n == 0) op(EMPTY_TUPLE);
-  else if (n == 1) op(TUPLE1);
-  else if (n == 2) op(TUPLE2);
-  else if (n == 3) op(TUPLE3);
-  else throw std::logic_error("Pickler::tuple(n > 3): use mark() + tuple_from_mark()");
+void Pickler::mark() {
+  op(MARK);
+}
+void Pickler::tuple_from_mark() {
+  op(TUPLE);
+}
+void Pickler::empty_tuple() {
+  op(EMPTY_TUPLE);
 }
 
-void Pickler::empty_list() { op(EMPTY_LIST); }
-void Pickler::append() { op(APPEND); }
-void Pickler::appends() { op(APPENDS); }
-void Pickler::empty_dict() { op(EMPTY_DICT); }
-void Pickler::setitem() { op(SETITEM); }
-void Pickler::setitems() { op(SETITEMS); }
-void Pickler::reduce() { op(REDUCE); }
-void Pickler::build() { op(BUILD); }
-void Pickler::newobj() { op(NEWOBJ); }
-void Pickler::binpersid() { op(BINPERSID); }
-void Pickler::stop() { op(STOP); }
+void Pickler::tuple(size_t n) {
+  if (n == 0)
+    op(EMPTY_TUPLE);
+  else if (n == 1)
+    op(TUPLE1);
+  else if (n == 2)
+    op(TUPLE2);
+  else if (n == 3)
+    op(TUPLE3);
+  else
+    throw std::logic_error("Pickler::tuple(n > 3): use mark() + tuple_from_mark()");
+}
+
+void Pickler::empty_list() {
+  op(EMPTY_LIST);
+}
+void Pickler::append() {
+  op(APPEND);
+}
+void Pickler::appends() {
+  op(APPENDS);
+}
+void Pickler::empty_dict() {
+  op(EMPTY_DICT);
+}
+void Pickler::setitem() {
+  op(SETITEM);
+}
+void Pickler::setitems() {
+  op(SETITEMS);
+}
+void Pickler::reduce() {
+  op(REDUCE);
+}
+void Pickler::build() {
+  op(BUILD);
+}
+void Pickler::newobj() {
+  op(NEWOBJ);
+}
+void Pickler::binpersid() {
+  op(BINPERSID);
+}
+void Pickler::stop() {
+  op(STOP);
+}
 
 bool Pickler::value(const Value& v, int depth) {
   if (depth > 200) return false;
@@ -188,13 +225,27 @@ bool Pickler::value(const Value& v, int depth) {
     return true;
   };
   switch (v.kind) {
-    case Kind::None: none(); return true;
-    case Kind::Bool: boolean(v.as_bool()); return true;
-    case Kind::Int: integer(v.as_int()); return true;
-    case Kind::BigInt: big_integer(v.as_str()); return true;
-    case Kind::Float: floating(v.as_float()); return true;
-    case Kind::Str: str(v.as_str(), v.len < 64); return true;
-    case Kind::Bytes: bytes(v.as_str()); return true;
+    case Kind::None:
+      none();
+      return true;
+    case Kind::Bool:
+      boolean(v.as_bool());
+      return true;
+    case Kind::Int:
+      integer(v.as_int());
+      return true;
+    case Kind::BigInt:
+      big_integer(v.as_str());
+      return true;
+    case Kind::Float:
+      floating(v.as_float());
+      return true;
+    case Kind::Str:
+      str(v.as_str(), v.len < 64);
+      return true;
+    case Kind::Bytes:
+      bytes(v.as_str());
+      return true;
     case Kind::Tuple: {
       Items it = v.items();
       if (it.size() <= 3) {
@@ -256,7 +307,9 @@ bool Pickler::value(const Value& v, int depth) {
       reduce();
       return true;
     }
-    case Kind::Global: global(v.as_global().module, v.as_global().name); return true;
+    case Kind::Global:
+      global(v.as_global().module, v.as_global().name);
+      return true;
     case Kind::Object: {
       const ObjectNode& o = v.as_object();
       if (!value(o.callable, depth + 1) || !value(o.args, depth + 1)) return false;
@@ -271,7 +324,8 @@ bool Pickler::value(const Value& v, int depth) {
       if (!persistent_id || !persistent_id(*this, v.as_persid())) return false;
       binpersid();
       return true;
-    case Kind::Ext: return false;  // a parser's folded record: no pickle form of its own
+    case Kind::Ext:
+      return false;  // a parser's folded record: no pickle form of its own
   }
   return false;
 }

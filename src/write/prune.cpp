@@ -10,8 +10,8 @@
 #include <climits>
 #include <cstdlib>
 
-#include "util/failpoint.h"
 #include "store/file.h"
+#include "util/failpoint.h"
 
 namespace dcpctl {
 
@@ -69,9 +69,11 @@ std::vector<PruneDecision> plan_prune(const RunFolder& rf, int keep, bool incomp
   // Locally a checkpoint is first renamed out of sight, so an interrupted prune never leaves one
   // that looks complete; object stores have no rename (a prefix goes object by object).
   if (is_remote_path(rf.dir))
-    throw UnsupportedError(Where(rf.dir), "prune does not remove from object storage: object stores have no rename, so an interrupted "
-                                          "prune could leave a half-deleted checkpoint that still looks complete; see "
-                                          "`dcpctl ls` and remove with the store's own tools (lifecycle rules, aws s3 rm, gcloud storage rm)");
+    throw UnsupportedError(
+        Where(rf.dir),
+        "prune does not remove from object storage: object stores have no rename, so an interrupted "
+        "prune could leave a half-deleted checkpoint that still looks complete; see "
+        "`dcpctl ls` and remove with the store's own tools (lifecycle rules, aws s3 rm, gcloud storage rm)");
   if (keep < 1) throw UsageError(Where(), "--keep must be at least 1: the newest complete checkpoint is never removed");
   const RunEntry* newest = rf.newest_complete();
   if (!newest) throw FormatError(Where(rf.dir), "no checkpoint in the run folder is complete; nothing removed");
@@ -87,8 +89,11 @@ std::vector<PruneDecision> plan_prune(const RunFolder& rf, int keep, bool incomp
       d.reason = "a symbolic link: never removed";
     } else if (e.complete) {
       ++complete_seen;
-      if (complete_seen <= keep) d.reason = &e == newest ? "the newest complete checkpoint" : "one of the " + std::to_string(keep) + " newest complete";
-      else d = {&e, true, "complete, older than the " + std::to_string(keep) + " kept"};
+      if (complete_seen <= keep)
+        d.reason =
+            &e == newest ? "the newest complete checkpoint" : "one of the " + std::to_string(keep) + " newest complete";
+      else
+        d = {&e, true, "complete, older than the " + std::to_string(keep) + " kept"};
     } else if (!past_newest) {
       d.reason = "incomplete but newer than the newest complete checkpoint (a save may be in flight)";
     } else if (incomplete) {
@@ -175,7 +180,8 @@ void execute_prune(const RunFolder& rf, const std::vector<PruneDecision>& plan,
     // Still the directory that was judged (not replaced by a link since)?
     struct stat st;
     if (::lstat(e.path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-      throw IoError(Where(e.path), "changed since the run folder was read (no longer a directory); nothing more removed");
+      throw IoError(Where(e.path),
+                    "changed since the run folder was read (no longer a directory); nothing more removed");
     std::string hidden = join_path(rf.dir, ".dcpctl-prune-" + e.name);
     if (::rename(e.path.c_str(), hidden.c_str()) != 0)
       throw IoError(Where(e.path), "cannot remove: " + errno_text(errno));

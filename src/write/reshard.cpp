@@ -1,8 +1,8 @@
 #include "write/reshard.h"
 
+#include "plan/format.h"
 #include "view/model.h"
 #include "write/execute.h"
-#include "plan/format.h"
 
 namespace dcpctl {
 
@@ -15,10 +15,14 @@ json reshard(const Checkpoint& ck, const ReshardOptions& o) {
   target.world_size = o.world_size;
   target.keep_layout = o.layout == Layout::Keep;
   target.max_memory = o.max_memory;
-  json command = {{"world_size", o.world_size}, {"layout", static_cast<int>(o.layout)}, {"format", std::string(format.name)},
+  json command = {{"world_size", o.world_size},
+                  {"layout", static_cast<int>(o.layout)},
+                  {"format", std::string(format.name)},
                   {"iteration", o.iteration ? json(*o.iteration) : json()}};
   if (!o.quantize.scheme.empty())
-    command["quantize"] = {{"scheme", o.quantize.scheme}, {"block", {o.quantize.block[0], o.quantize.block[1]}}, {"skip", o.quantize.skip}};
+    command["quantize"] = {{"scheme", o.quantize.scheme},
+                           {"block", {o.quantize.block[0], o.quantize.block[1]}},
+                           {"skip", o.quantize.skip}};
   const Model model = build_model(ck, model_request(o, "", {}));
   ReshardOptions opts = o;
   opts.selection = model.selection();  // none left once the key map applied it

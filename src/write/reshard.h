@@ -36,7 +36,7 @@ enum class Layout { Fsdp, Keep };
 struct ReshardOptions : WriteOptions {
   int world_size = 0;  // Fsdp: target ranks
   Layout layout = Layout::Fsdp;
-  const Format* format = nullptr;  // dcp (nullptr) or megatron (plan/format.h)
+  const Format* format = nullptr;    // dcp (nullptr) or megatron (plan/format.h)
   std::optional<int64_t> iteration;  // megatron: Megatron-LM's iter_NNNNNNN/ and its tracker file
 };
 

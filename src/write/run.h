@@ -30,10 +30,10 @@
 
 #include "meta/manifest.h"
 #include "meta/select.h"
-#include "view/codecs/quantize.h"
-#include "util/dtype.h"
 #include "store/file.h"
+#include "util/dtype.h"
 #include "util/io_buffer.h"
+#include "view/codecs/quantize.h"
 
 namespace dcpctl {
 
@@ -59,8 +59,8 @@ struct WriteOptions {
   // would keep (plan/precision.h).
   std::vector<std::string> keep_dtype;
   bool cast_all = false;
-  bool force = false;         // replace an existing output
-  bool dry_run = false;       // plan and check the output, write nothing
+  bool force = false;    // replace an existing output
+  bool dry_run = false;  // plan and check the output, write nothing
   // What a dry run's summary holds of the plan (write/execute.h): `plan` and `deal` as JSON
   // (Tree); the records without their pieces (Keys: the text dry run); or both already rendered as
   // their text in `summary.dump(2)` (Rendered: print it with dump_summary()).
@@ -72,7 +72,7 @@ struct WriteOptions {
   // --manifest: the digest of the manifest every output gets (meta/manifest.h): CRC-32 by
   // default, SHA-256 where asked.
   ManifestAlgorithm manifest = ManifestAlgorithm::Crc32;
-  uint64_t max_memory = 0;    // 0: automatic (the largest single need, at least 1 GiB)
+  uint64_t max_memory = 0;  // 0: automatic (the largest single need, at least 1 GiB)
   // --map NAME|FILE (view/maps/keymap.h): the outputs are the map's tensors; its parameters from
   // --config FILE, else `map_assets` (consolidate's --assets DIR), else the checkpoint's config.json.
   std::string map, map_config, map_assets;

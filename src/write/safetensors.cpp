@@ -28,7 +28,8 @@ std::string safetensors_header(const std::vector<SafetensorsEntry>& entries,
     if (e.dtype == DType::Float4_E2M1FN_X2) {
       // F4 counts the 4-bit values: the last dimension twice torch's bytes (safetensors' own way).
       if (shape.empty())
-        throw UnsupportedError(Where("", std::nullopt, e.name), "a 0-d float4_e2m1fn_x2 has no safetensors F4 shape; write a .pt");
+        throw UnsupportedError(Where("", std::nullopt, e.name),
+                               "a 0-d float4_e2m1fn_x2 has no safetensors F4 shape; write a .pt");
       shape.back() *= 2;
     }
     h[e.name] = {{"dtype", st}, {"shape", shape}, {"data_offsets", {e.begin, e.end}}};

@@ -9,7 +9,8 @@ namespace dcpctl {
 
 // The window stays in cache: resharding 4.8 GB through whole-chunk buffers spent most of its
 // time copying into and out of cold memory.
-uint32_t stream_runs(OutputFile& out, const std::vector<FileRun>& runs, DType src, DType dst, StreamWindow& win, uint32_t crc) {
+uint32_t stream_runs(OutputFile& out, const std::vector<FileRun>& runs, DType src, DType dst, StreamWindow& win,
+                     uint32_t crc) {
   size_t si = itemsize(src), di = itemsize(dst);
   uint64_t window_elems = StreamWindow::elems(src);
   // `k` elements at `p`: cast a stream window at a time, CRC'd and appended.

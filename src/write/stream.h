@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "util/dtype.h"
 #include "store/file.h"
+#include "util/dtype.h"
 #include "write/output.h"
 #include "write/run.h"
 
@@ -23,6 +23,7 @@ struct FileRun {
 
 // Appends the runs, in order, to `out` through `win`, cast from `src` to `dst` on the way, and
 // returns `crc` (the CRC-32 of what came before in the record) updated with what it appended.
-uint32_t stream_runs(OutputFile& out, const std::vector<FileRun>& runs, DType src, DType dst, StreamWindow& win, uint32_t crc = 0);
+uint32_t stream_runs(OutputFile& out, const std::vector<FileRun>& runs, DType src, DType dst, StreamWindow& win,
+                     uint32_t crc = 0);
 
 }  // namespace dcpctl

@@ -36,11 +36,11 @@ struct TensorChain {
   std::vector<TensorPart> parts;
   std::vector<uint64_t> starts;  // each part's place in the tensor's bytes
   Sha256 h;
-  size_t cur = 0;       // the part being hashed; every earlier one is
-  uint64_t fed = 0;     // its bytes hashed
+  size_t cur = 0;        // the part being hashed; every earlier one is
+  uint64_t fed = 0;      // its bytes hashed
   uint64_t claimed = 0;  // the tensor's bytes claimed (claim_part_bytes) up to here
-  bool broken = false;  // a file written twice: every part read back
-  bool crc = false;     // CRC-32 (write/write_hash.h): the pieces below, not h
+  bool broken = false;   // a file written twice: every part read back
+  bool crc = false;      // CRC-32 (write/write_hash.h): the pieces below, not h
   struct CrcPiece {
     uint64_t pos = 0, n = 0;  // in the tensor's bytes
     uint32_t crc = 0;
@@ -266,7 +266,8 @@ std::optional<std::string> declared_tensor_digest(const std::string& key, uint64
         const uint64_t a = std::max(from, c->starts[k]), b = std::min(to, c->starts[k + 1]);
         if (a >= b) continue;
         const TensorPart& p = c->parts[k];
-        const uint32_t got = crc_file_range(ReadFile(part_file(p)), p.offset + (a - c->starts[k]), p.offset + (b - c->starts[k]));
+        const uint32_t got =
+            crc_file_range(ReadFile(part_file(p)), p.offset + (a - c->starts[k]), p.offset + (b - c->starts[k]));
         crc = first ? got : crc32_combine(crc, got, b - a);
         first = false;
         read += b - a;

@@ -109,7 +109,8 @@ std::optional<Checkpoint> without_tied_head(const Checkpoint& table, const TiedH
   set_map(*derived, std::make_shared<const MappedModel>(std::move(map)), true);
   out.derived = std::move(derived);
   auto& order = out.md.order;
-  order.erase(std::remove_if(order.begin(), order.end(), [&](const auto& o) { return o.first && out.md.tensors[o.second].fqn == tied.head; }),
+  order.erase(std::remove_if(order.begin(), order.end(),
+                             [&](const auto& o) { return o.first && out.md.tensors[o.second].fqn == tied.head; }),
               order.end());
   return out;
 }

@@ -23,8 +23,8 @@ struct TorchSaveWriter::Impl {
       const uint64_t before = out->appended();
       uint32_t crc = payload();
       if (out->appended() - before != n)
-        throw std::logic_error("torch.save archive: record " + name + " was to stream " + std::to_string(n) + " bytes, not " +
-                               std::to_string(out->appended() - before));
+        throw std::logic_error("torch.save archive: record " + name + " was to stream " + std::to_string(n) +
+                               " bytes, not " + std::to_string(out->appended() - before));
       return crc;
     });
   }
@@ -48,20 +48,24 @@ TorchSaveWriter::TorchSaveWriter(OutputFile& out) : impl_(std::make_unique<Impl>
 
 TorchSaveWriter::~TorchSaveWriter() = default;
 
-void TorchSaveWriter::write_pickle(const std::string& data_pkl) { impl_->header(data_pkl); }
+void TorchSaveWriter::write_pickle(const std::string& data_pkl) {
+  impl_->header(data_pkl);
+}
 
 void TorchSaveWriter::write_storage(const std::string& key, const void* data, size_t n, const HashPart* part) {
   impl_->hash_next(part);
   impl_->zip.record("data/" + key, data, n);
 }
 
-void TorchSaveWriter::write_storage_streamed(const std::string& key, uint64_t n, const std::function<uint32_t()>& payload,
-                                             const HashPart* part) {
+void TorchSaveWriter::write_storage_streamed(const std::string& key, uint64_t n,
+                                             const std::function<uint32_t()>& payload, const HashPart* part) {
   impl_->hash_next(part);
   impl_->streamed("data/" + key, n, payload);
 }
 
-void TorchSaveWriter::finish() { impl_->zip.finish(); }
+void TorchSaveWriter::finish() {
+  impl_->zip.finish();
+}
 
 namespace {
 
@@ -83,7 +87,8 @@ void write_tensor_blob_streamed(OutputFile& out, DType dtype, const std::vector<
   impl.zip.finish();
 }
 
-std::vector<uint8_t> torch_save_tensor_blob(DType dtype, const std::vector<int64_t>& shape, const void* data, size_t n) {
+std::vector<uint8_t> torch_save_tensor_blob(DType dtype, const std::vector<int64_t>& shape, const void* data,
+                                            size_t n) {
   std::vector<uint8_t> blob;
   TorchSaveWriter::Impl impl(blob);
   impl.header(tensor_pickle(dtype, shape));

@@ -12,8 +12,10 @@ void pickle_tensor(Pickler& p, DType dtype, const std::vector<int64_t>& shape, c
   // storage: persistent id ('storage', storage_type, key, location, count)
   p.mark();
   p.str("storage", true);
-  if (typed) p.global("torch", di.storage_class);
-  else p.global("torch.storage", "UntypedStorage");
+  if (typed)
+    p.global("torch", di.storage_class);
+  else
+    p.global("torch.storage", "UntypedStorage");
   p.str(key);
   p.str("cpu", true);
   p.integer(static_cast<int64_t>(typed ? numel : numel * di.itemsize));

@@ -20,10 +20,14 @@ constexpr uint64_t kAlignment = 64;      // where each record's bytes begin (tor
 constexpr uint16_t kMadeBy64 = 0x031E;   // miniz's zip64 end record: "version made by" Unix, 3.0
 constexpr uint16_t kNeeded64 = 0x002D;   // 4.5, zip64
 
-void put_name(std::vector<uint8_t>& b, const std::string& s) { b.insert(b.end(), s.begin(), s.end()); }
+void put_name(std::vector<uint8_t>& b, const std::string& s) {
+  b.insert(b.end(), s.begin(), s.end());
+}
 
 // c10::hash_combine (boost's).
-uint64_t hash_combine(uint64_t seed, uint64_t value) { return seed ^ (value + 0x9e3779b9 + (seed << 6) + (seed >> 2)); }
+uint64_t hash_combine(uint64_t seed, uint64_t value) {
+  return seed ^ (value + 0x9e3779b9 + (seed << 6) + (seed >> 2));
+}
 
 }  // namespace
 
@@ -38,7 +42,9 @@ bool TorchZipWriter::begin(const std::string& name, uint64_t n) {
   if (finished_) throw std::logic_error("torch.save archive: record '" + name + "' after the end");
   if (!written_.insert(name).second) throw std::logic_error("torch.save archive: record '" + name + "' written twice");
   const std::string full = folder_ + "/" + name;
-  if (full.size() > 0xFFFF) throw UnsupportedError(Where(), "torch.save archive: record name longer than a zip allows: " + name.substr(0, 80) + "...");
+  if (full.size() > 0xFFFF)
+    throw UnsupportedError(Where(),
+                           "torch.save archive: record name longer than a zip allows: " + name.substr(0, 80) + "...");
   const bool big = n >= kMax32, far = pos_ >= kMax32;
   // The padding PyTorchStreamWriter asks for (detail::getPadding): from where the bytes would
   // begin after the header, the name, the zip64 field and the padding field's own 4 bytes.
@@ -55,11 +61,11 @@ bool TorchZipWriter::begin(const std::string& name, uint64_t n) {
   std::vector<uint8_t>& h = buf_;
   h.clear();
   put_le32(h, zip::kLocalSig);
-  put_le16(h, 0);  // version needed
+  put_le16(h, 0);                               // version needed
   put_le16(h, n ? kUtf8 | kDescribed : kUtf8);  // an empty record has no descriptor
-  put_le16(h, 0);  // stored
-  put_le32(h, 0);  // time, date
-  put_le32(h, 0);  // CRC and sizes: in the data descriptor
+  put_le16(h, 0);                               // stored
+  put_le32(h, 0);                               // time, date
+  put_le32(h, 0);                               // CRC and sizes: in the data descriptor
   put_le32(h, 0);
   put_le32(h, 0);
   put_le16(h, full.size());
@@ -81,8 +87,10 @@ void TorchZipWriter::end(uint32_t crc, uint64_t n, bool zip64) {
   d.clear();
   put_le32(d, zip::kDescriptorSig);
   put_le32(d, crc);
-  if (zip64) put_le64(d, n), put_le64(d, n);
-  else put_le32(d, n), put_le32(d, n);
+  if (zip64)
+    put_le64(d, n), put_le64(d, n);
+  else
+    put_le32(d, n), put_le32(d, n);
   put(d);
   entries_.back().crc = crc;
   combined_crc_ = hash_combine(combined_crc_, crc);  // PyTorchStreamWriter folds each descriptor's CRC
@@ -153,7 +161,8 @@ void TorchZipWriter::finish() {
     put_le32(c, far ? kMax32 : e.header_offset);
     put_name(c, e.name);
     c.insert(c.end(), zip64.begin(), zip64.end());
-    if (c.size() >= kMax32) throw UnsupportedError(Where(), "torch.save archive: more records than a zip directory holds");
+    if (c.size() >= kMax32)
+      throw UnsupportedError(Where(), "torch.save archive: more records than a zip directory holds");
   }
   const uint64_t dir_size = c.size(), end64 = dir_offset + dir_size, count = entries_.size();
   put_le32(c, zip::kEnd64Sig);

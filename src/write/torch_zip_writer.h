@@ -68,7 +68,7 @@ class TorchZipWriter {
   std::string folder_;
   uint64_t pos_ = 0;
   std::vector<Entry> entries_;
-  std::vector<uint8_t> buf_;  // a header or descriptor being put together (kept: one per record)
+  std::vector<uint8_t> buf_;                 // a header or descriptor being put together (kept: one per record)
   std::unordered_set<std::string> written_;  // PyTorchStreamWriter's files_written_, same insertion order
   uint64_t combined_crc_ = 0;
   bool finished_ = false;

@@ -62,9 +62,13 @@ class ReadBack {
 }  // namespace
 
 WriteHash::WriteHash(std::string temp_path, std::string final_path)
-    : temp_(std::move(temp_path)), final_(std::move(final_path)), crc_(hashing_algorithm() == ManifestAlgorithm::Crc32) {}
+    : temp_(std::move(temp_path)),
+      final_(std::move(final_path)),
+      crc_(hashing_algorithm() == ManifestAlgorithm::Crc32) {}
 
-WriteHash::~WriteHash() { release_bytes(held_); }
+WriteHash::~WriteHash() {
+  release_bytes(held_);
+}
 
 void WriteHash::add_part(const HashPart& p, uint64_t offset, uint64_t n) {
   if (p.tensor.empty()) return;
@@ -379,8 +383,12 @@ HashWrites::HashWrites(bool on, ManifestAlgorithm alg) : on_(on) {
 HashWrites::~HashWrites() {
   if (on_) --g_hashing;
 }
-bool hashing_writes() { return g_hashing.load() > 0; }
-ManifestAlgorithm hashing_algorithm() { return g_algorithm.load(); }
+bool hashing_writes() {
+  return g_hashing.load() > 0;
+}
+ManifestAlgorithm hashing_algorithm() {
+  return g_algorithm.load();
+}
 
 void record_written_digest(const std::string& path, const FileDigest& d, uint64_t read_back) {
   if (is_remote(path)) {

@@ -81,9 +81,9 @@ class WriteHash {
     uint32_t crc = 0;
   };
 
-  void drain(std::unique_lock<std::mutex>& lock);  // hashes the kept pieces that continue the prefix
-  void written_twice();                            // finish() hashes the whole file
-  void stop();                                     // no write is hashed any more
+  void drain(std::unique_lock<std::mutex>& lock);             // hashes the kept pieces that continue the prefix
+  void written_twice();                                       // finish() hashes the whole file
+  void stop();                                                // no write is hashed any more
   void hashed(const uint8_t* data, uint64_t n, uint64_t at);  // the prefix grew: to h_ and the parts
   struct Claim {  // bytes of a tensor's part claimed (write/tensor_hash.h), still to be hashed
     HashPart part;
@@ -98,8 +98,8 @@ class WriteHash {
   bool continues() const;  // a kept or let-go write begins at (or before) the prefix's end
 
   std::string temp_, final_;
-  const bool crc_;                  // the manifest's algorithm is CRC-32
-  std::vector<CrcPiece> crcs_;      // CRC-32: every write's, in the order they came (mu_)
+  const bool crc_;              // the manifest's algorithm is CRC-32
+  std::vector<CrcPiece> crcs_;  // CRC-32: every write's, in the order they came (mu_)
   std::mutex mu_;
   std::condition_variable idle_;
   Sha256 h_;
@@ -120,8 +120,8 @@ class WriteHash {
   };
   std::map<uint64_t, LetGo> let_go_;  // writes past the budget, by offset: read back when next
   std::optional<ReadFile> reader_;    // the file, to read them (the thread hashing the prefix)
-  std::mutex seg_mu_;                     // segs_ (read by the hashing thread outside mu_)
-  std::map<uint64_t, Segment> segs_;      // the tensor parts, by offset
+  std::mutex seg_mu_;                 // segs_ (read by the hashing thread outside mu_)
+  std::map<uint64_t, Segment> segs_;  // the tensor parts, by offset
 };
 
 // While one is alive, OutputFiles opened for local files hash what they write (OutputFile::digest),

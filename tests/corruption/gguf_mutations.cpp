@@ -53,12 +53,24 @@ void* checked_malloc(size_t n) {
 }
 }  // namespace
 
-void* operator new(size_t n) { return checked_malloc(n); }
-void* operator new[](size_t n) { return checked_malloc(n); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, size_t) noexcept { std::free(p); }
-void operator delete[](void* p, size_t) noexcept { std::free(p); }
+void* operator new(size_t n) {
+  return checked_malloc(n);
+}
+void* operator new[](size_t n) {
+  return checked_malloc(n);
+}
+void operator delete(void* p) noexcept {
+  std::free(p);
+}
+void operator delete[](void* p) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, size_t) noexcept {
+  std::free(p);
+}
+void operator delete[](void* p, size_t) noexcept {
+  std::free(p);
+}
 
 namespace {
 
@@ -142,15 +154,23 @@ int main(int argc, char** argv) {
   uint64_t stride = 1, data_stride = 4099, random = 0, seed = 1, header_bytes = 0;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--stride") stride = std::max<uint64_t>(1, arg_number(argc, argv, i));
-    else if (a == "--data-stride") data_stride = std::max<uint64_t>(1, arg_number(argc, argv, i));
-    else if (a == "--random") random = arg_number(argc, argv, i);
-    else if (a == "--seed") seed = arg_number(argc, argv, i);
-    else if (a == "--header-bytes") header_bytes = arg_number(argc, argv, i);
-    else files.push_back(a);
+    if (a == "--stride")
+      stride = std::max<uint64_t>(1, arg_number(argc, argv, i));
+    else if (a == "--data-stride")
+      data_stride = std::max<uint64_t>(1, arg_number(argc, argv, i));
+    else if (a == "--random")
+      random = arg_number(argc, argv, i);
+    else if (a == "--seed")
+      seed = arg_number(argc, argv, i);
+    else if (a == "--header-bytes")
+      header_bytes = arg_number(argc, argv, i);
+    else
+      files.push_back(a);
   }
   if (files.empty()) {
-    std::fprintf(stderr, "usage: corruption_gguf FILE... [--stride N] [--data-stride N] [--random N] [--seed S] [--header-bytes N]\n");
+    std::fprintf(
+        stderr,
+        "usage: corruption_gguf FILE... [--stride N] [--data-stride N] [--random N] [--seed S] [--header-bytes N]\n");
     return 2;
   }
   char dir_template[] = "/tmp/dcpctl-gguf-sweep-XXXXXX";
@@ -185,12 +205,14 @@ int main(int argc, char** argv) {
     // Every cut (a strict prefix): before the data's end it may not read clean.
     for (uint64_t n = 0; n < bytes.size(); n += n < data_start ? stride : std::max(stride, data_stride))
       s.run(bytes, n, file + " cut at " + std::to_string(n), n < data_end);
-    if (bytes.size() > 1 && (bytes.size() - 1) % stride != 0) s.run(bytes, bytes.size() - 1, file + " cut at the last byte", bytes.size() - 1 < data_end);
+    if (bytes.size() > 1 && (bytes.size() - 1) % stride != 0)
+      s.run(bytes, bytes.size() - 1, file + " cut at the last byte", bytes.size() - 1 < data_end);
     // Each byte before the data (the header, keys and tensor infos), inverted, zeroed and set to 0xff.
     const uint64_t header = header_bytes ? std::min<uint64_t>(header_bytes, bytes.size()) : data_start;
     std::vector<uint8_t> m = bytes;
     for (uint64_t i = 0; i < header; i += stride) {
-      for (uint8_t v : {static_cast<uint8_t>(~bytes[i]), uint8_t{0}, uint8_t{0xff}, static_cast<uint8_t>(bytes[i] + 1)}) {
+      for (uint8_t v :
+           {static_cast<uint8_t>(~bytes[i]), uint8_t{0}, uint8_t{0xff}, static_cast<uint8_t>(bytes[i] + 1)}) {
         if (v == bytes[i]) continue;
         m[i] = v;
         s.run(m, m.size(), file + " byte " + std::to_string(i) + " = " + std::to_string(v), false);
@@ -211,10 +233,11 @@ int main(int argc, char** argv) {
   }
   std::remove(s.path.c_str());
   rmdir(dir_template);
-  std::printf("corruption_gguf: %llu runs: %llu refused as damaged, %llu refused as unsupported, %llu opened; %llu failures\n",
-              static_cast<unsigned long long>(s.runs), static_cast<unsigned long long>(s.refused),
-              static_cast<unsigned long long>(s.unsupported), static_cast<unsigned long long>(s.opened),
-              static_cast<unsigned long long>(s.failures));
+  std::printf(
+      "corruption_gguf: %llu runs: %llu refused as damaged, %llu refused as unsupported, %llu opened; %llu failures\n",
+      static_cast<unsigned long long>(s.runs), static_cast<unsigned long long>(s.refused),
+      static_cast<unsigned long long>(s.unsupported), static_cast<unsigned long long>(s.opened),
+      static_cast<unsigned long long>(s.failures));
   // A sweep that refused nothing checked nothing: the cuts alone refuse most of their runs.
   if (s.refused == 0) {
     std::fprintf(stderr, "corruption_gguf: no damaged copy was refused: the sweep checked nothing\n");

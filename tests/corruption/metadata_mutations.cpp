@@ -154,8 +154,8 @@ void run_one(const std::string& bytes, const std::string& source, const std::str
   const std::string without = outcome_or_error(bytes, source, dir, true, false);
   auto same_without_templates = [&](const std::string& with) {
     if (with != without)
-      fail(label + ": byte templates change the outcome (with: " + with.substr(0, 200) + "; without: " +
-           without.substr(0, 200) + ")");
+      fail(label + ": byte templates change the outcome (with: " + with.substr(0, 200) +
+           "; without: " + without.substr(0, 200) + ")");
   };
   try {
     std::string folded = outcome(bytes, source, dir, true);
@@ -172,7 +172,8 @@ void run_one(const std::string& bytes, const std::string& source, const std::str
     // Both paths must refuse (they may notice different faults first: a second BUILD on a folded
     // record is refused at once, while the generic path overwrites the state and goes on).
     std::string plain = outcome_or_error(bytes, source, dir, false);
-    if (plain.rfind(typeid(dcpctl::FormatError).name(), 0) != 0 && plain.rfind(typeid(dcpctl::UnsupportedError).name(), 0) != 0)
+    if (plain.rfind(typeid(dcpctl::FormatError).name(), 0) != 0 &&
+        plain.rfind(typeid(dcpctl::UnsupportedError).name(), 0) != 0)
       fail(label + ": folded parse failed with \"" + e.what() + "\", generic succeeded");
   } catch (const dcpctl::UnsupportedError& e) {
     same_without_templates(std::string(typeid(e).name()) + ": " + e.what());

@@ -22,7 +22,8 @@ void build(CLI::App& app, Values& v) {
   app.name("dcpctl");
   app.description(
       "dcpctl: a made-up model.\n.starts with a dot, 'starts with a quote\nback\\slash \"quotes\" "
-      "Gr\xc3\xb6\xc3\x9f" "e \xe2\x80\x94 and a very long line that has to be wrapped somewhere because it goes on "
+      "Gr\xc3\xb6\xc3\x9f"
+      "e \xe2\x80\x94 and a very long line that has to be wrapped somewhere because it goes on "
       "and on past eighty columns");
   app.require_subcommand(1);
   app.footer("Root footer.");
@@ -64,10 +65,15 @@ int main(int argc, char** argv) {
   build(app, v);
   const auto model = dcpctl::cli::gen::walk(app);
   const std::string what = argv[1];
-  if (what == "bash") std::cout << dcpctl::cli::gen::emit_bash(model);
-  else if (what == "zsh") std::cout << dcpctl::cli::gen::emit_zsh(model);
-  else if (what == "fish") std::cout << dcpctl::cli::gen::emit_fish(model);
-  else if (what == "man") std::cout << dcpctl::cli::gen::emit_man(model);
-  else return 2;
+  if (what == "bash")
+    std::cout << dcpctl::cli::gen::emit_bash(model);
+  else if (what == "zsh")
+    std::cout << dcpctl::cli::gen::emit_zsh(model);
+  else if (what == "fish")
+    std::cout << dcpctl::cli::gen::emit_fish(model);
+  else if (what == "man")
+    std::cout << dcpctl::cli::gen::emit_man(model);
+  else
+    return 2;
   return 0;
 }

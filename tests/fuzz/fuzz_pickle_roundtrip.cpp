@@ -28,8 +28,8 @@ struct Node {
   Kind kind = Kind::None;
   bool b = false;
   int64_t i = 0;
-  uint64_t f = 0;          // float bits
-  std::string s, module;   // Str/Bytes/BigInt bytes; Global module + s = name
+  uint64_t f = 0;         // float bits
+  std::string s, module;  // Str/Bytes/BigInt bytes; Global module + s = name
   bool memo = false;
   std::vector<Node> items;  // containers; Dict as k,v,...; Object: {callable, args, state}
 };
@@ -39,8 +39,13 @@ Node gen(FuzzedDataProvider& in, int depth, int& budget);
 Node gen_leaf(FuzzedDataProvider& in) {
   Node n;
   switch (in.ConsumeIntegralInRange<int>(0, 7)) {
-    case 0: n.kind = Kind::None; break;
-    case 1: n.kind = Kind::Bool; n.b = in.ConsumeBool(); break;
+    case 0:
+      n.kind = Kind::None;
+      break;
+    case 1:
+      n.kind = Kind::Bool;
+      n.b = in.ConsumeBool();
+      break;
     case 2: {
       n.kind = Kind::Int;
       // Every encoding width: BININT1/2, BININT, LONG1 with 5..8 bytes.
@@ -57,20 +62,30 @@ Node gen_leaf(FuzzedDataProvider& in) {
       if (n.s.back() == '\0' || n.s.back() == '\xff') n.s.back() = '\x01';
       break;
     }
-    case 4: n.kind = Kind::Float; n.f = in.ConsumeIntegral<uint64_t>(); break;
+    case 4:
+      n.kind = Kind::Float;
+      n.f = in.ConsumeIntegral<uint64_t>();
+      break;
     case 5: {
       n.kind = Kind::Str;
       // Valid UTF-8 only (a str is text): ASCII and a two-byte sequence, of any length.
       size_t len = in.ConsumeIntegralInRange<size_t>(0, in.ConsumeBool() ? 20 : 400);
       std::string raw = in.ConsumeBytesAsString(len);
       for (unsigned char c : raw) {
-        if (c < 0x80) n.s.push_back(static_cast<char>(c));
-        else { n.s.push_back('\xc3'); n.s.push_back(static_cast<char>(0x80 | (c & 0x3f))); }
+        if (c < 0x80)
+          n.s.push_back(static_cast<char>(c));
+        else {
+          n.s.push_back('\xc3');
+          n.s.push_back(static_cast<char>(0x80 | (c & 0x3f)));
+        }
       }
       n.memo = in.ConsumeBool();
       break;
     }
-    case 6: n.kind = Kind::Bytes; n.s = in.ConsumeBytesAsString(in.ConsumeIntegralInRange<size_t>(0, 300)); break;
+    case 6:
+      n.kind = Kind::Bytes;
+      n.s = in.ConsumeBytesAsString(in.ConsumeIntegralInRange<size_t>(0, 300));
+      break;
     default:
       n.kind = Kind::Global;
       n.module = in.ConsumeBool() ? "torch" : "collections.abc";
@@ -87,12 +102,24 @@ Node gen(FuzzedDataProvider& in, int depth, int& budget) {
   int kind = in.ConsumeIntegralInRange<int>(0, 5);
   size_t count = in.ConsumeIntegralInRange<size_t>(0, in.ConsumeBool() ? 5 : 1200);
   switch (kind) {
-    case 0: n.kind = Kind::Tuple; break;
-    case 1: n.kind = Kind::List; break;
-    case 2: n.kind = Kind::Dict; break;
-    case 3: n.kind = Kind::Set; break;
-    case 4: n.kind = Kind::Size; break;
-    default: n.kind = Kind::Object; break;
+    case 0:
+      n.kind = Kind::Tuple;
+      break;
+    case 1:
+      n.kind = Kind::List;
+      break;
+    case 2:
+      n.kind = Kind::Dict;
+      break;
+    case 3:
+      n.kind = Kind::Set;
+      break;
+    case 4:
+      n.kind = Kind::Size;
+      break;
+    default:
+      n.kind = Kind::Object;
+      break;
   }
   if (n.kind == Kind::Object) {
     Node callable;
@@ -128,19 +155,33 @@ Node gen(FuzzedDataProvider& in, int depth, int& budget) {
 
 void write(Pickler& p, const Node& n) {
   switch (n.kind) {
-    case Kind::None: p.none(); return;
-    case Kind::Bool: p.boolean(n.b); return;
-    case Kind::Int: p.integer(n.i); return;
-    case Kind::BigInt: p.big_integer(n.s); return;
+    case Kind::None:
+      p.none();
+      return;
+    case Kind::Bool:
+      p.boolean(n.b);
+      return;
+    case Kind::Int:
+      p.integer(n.i);
+      return;
+    case Kind::BigInt:
+      p.big_integer(n.s);
+      return;
     case Kind::Float: {
       double d;
       std::memcpy(&d, &n.f, 8);
       p.floating(d);
       return;
     }
-    case Kind::Str: p.str(n.s, n.memo); return;
-    case Kind::Bytes: p.bytes(n.s); return;
-    case Kind::Global: p.global(n.module, n.s); return;
+    case Kind::Str:
+      p.str(n.s, n.memo);
+      return;
+    case Kind::Bytes:
+      p.bytes(n.s);
+      return;
+    case Kind::Global:
+      p.global(n.module, n.s);
+      return;
     case Kind::Tuple:
       if (n.items.size() <= 3) {
         for (const Node& c : n.items) write(p, c);
@@ -176,8 +217,10 @@ void write(Pickler& p, const Node& n) {
       return;
     case Kind::Set:
     case Kind::Size:
-      if (n.kind == Kind::Set) p.global("builtins", "set");
-      else p.global("torch", "Size");
+      if (n.kind == Kind::Set)
+        p.global("builtins", "set");
+      else
+        p.global("torch", "Size");
       if (n.kind == Kind::Set) {
         p.empty_list();
         if (!n.items.empty()) {
@@ -202,7 +245,8 @@ void write(Pickler& p, const Node& n) {
         p.build();
       }
       return;
-    default: std::abort();
+    default:
+      std::abort();
   }
 }
 
@@ -214,9 +258,14 @@ void same(const Node& n, const Value& v) {
   }
   if (v.kind != n.kind) std::abort();
   switch (n.kind) {
-    case Kind::None: return;
-    case Kind::Bool: if (v.as_bool() != n.b) std::abort(); return;
-    case Kind::Int: if (v.as_int() != n.i) std::abort(); return;
+    case Kind::None:
+      return;
+    case Kind::Bool:
+      if (v.as_bool() != n.b) std::abort();
+      return;
+    case Kind::Int:
+      if (v.as_int() != n.i) std::abort();
+      return;
     case Kind::Float: {
       double d = v.as_float();
       uint64_t bits;
@@ -225,7 +274,9 @@ void same(const Node& n, const Value& v) {
       return;
     }
     case Kind::Str:
-    case Kind::Bytes: if (v.as_str() != n.s) std::abort(); return;
+    case Kind::Bytes:
+      if (v.as_str() != n.s) std::abort();
+      return;
     case Kind::Global:
       if (v.as_global().module != n.module || v.as_global().name != n.s) std::abort();
       return;

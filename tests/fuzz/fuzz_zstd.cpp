@@ -43,7 +43,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       r = ZSTD_decompressStream(d.get(), &ob, &ib);
       if (ZSTD_isError(r)) break;
       if (ib.pos == ib.size && (r == 0 || ob.pos < ob.size)) break;  // done, or wants more input
-      if (ib.pos == in0 && ob.pos == out0) break;                      // stuck: more than the cap
+      if (ib.pos == in0 && ob.pos == out0) break;                    // stuck: more than the cap
     }
     ref_ok = size > 2 && !ZSTD_isError(r) && r == 0 && ib.pos == ib.size;
     ref_size = ob.pos;
@@ -71,6 +71,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<uint8_t> got(out->size());
   if (!got.empty()) out->read(0, got.data(), got.size());
   if (!got.empty() && std::memcmp(got.data(), ref.get(), got.size()) != 0) std::abort();
-  if (one_ok && (one_shot != got.size() || (!got.empty() && std::memcmp(got.data(), one.get(), got.size()) != 0))) std::abort();
+  if (one_ok && (one_shot != got.size() || (!got.empty() && std::memcmp(got.data(), one.get(), got.size()) != 0)))
+    std::abort();
   return 0;
 }

@@ -14,8 +14,8 @@
 namespace dcpctl {
 
 // A tensor of `shape` split into `chunks`, each {offsets..., sizes...}, chunk i in file i % files.
-inline TensorMeta tensor(std::string fqn, std::vector<int64_t> shape, std::vector<std::vector<int64_t>> chunks, DType dt = DType::Float32,
-                  uint32_t files = 1) {
+inline TensorMeta tensor(std::string fqn, std::vector<int64_t> shape, std::vector<std::vector<int64_t>> chunks,
+                         DType dt = DType::Float32, uint32_t files = 1) {
   TensorMeta t;
   t.fqn = std::move(fqn);
   t.dtype = dt;
@@ -44,6 +44,8 @@ inline Checkpoint checkpoint(std::vector<TensorMeta> tensors, uint32_t ranks = 1
   return ck;
 }
 
-inline Box box(std::vector<int64_t> offsets, std::vector<int64_t> sizes) { return {std::move(offsets), std::move(sizes)}; }
+inline Box box(std::vector<int64_t> offsets, std::vector<int64_t> sizes) {
+  return {std::move(offsets), std::move(sizes)};
+}
 
 }  // namespace dcpctl

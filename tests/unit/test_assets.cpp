@@ -50,17 +50,52 @@ Assets with_config(const TempDir& d, const std::string& json) {
 }  // namespace
 
 TEST_CASE("assets: the allow-list by name, never weights, indexes, hidden files or temporaries") {
-  for (const char* n : {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "tokenizer.model",
-                        "special_tokens_map.json", "added_tokens.json", "vocab.json", "vocab.txt", "merges.txt", "spiece.model",
-                        "chat_template.jinja", "chat_template.json", "preprocessor_config.json", "processor_config.json",
-                        "video_preprocessor_config.json", "qwen.tiktoken", "tiktoken.model", "tekken.json", "modeling_tiny.py",
-                        "configuration_tiny.py", "adapter_config.json", "spk_dict.pt"})
+  for (const char* n : {"config.json",
+                        "generation_config.json",
+                        "tokenizer.json",
+                        "tokenizer_config.json",
+                        "tokenizer.model",
+                        "special_tokens_map.json",
+                        "added_tokens.json",
+                        "vocab.json",
+                        "vocab.txt",
+                        "merges.txt",
+                        "spiece.model",
+                        "chat_template.jinja",
+                        "chat_template.json",
+                        "preprocessor_config.json",
+                        "processor_config.json",
+                        "video_preprocessor_config.json",
+                        "qwen.tiktoken",
+                        "tiktoken.model",
+                        "tekken.json",
+                        "modeling_tiny.py",
+                        "configuration_tiny.py",
+                        "adapter_config.json",
+                        "spk_dict.pt"})
     CHECK(is_asset_name(n));
-  for (const char* n : {"model.safetensors", "model-00001-of-00002.safetensors", "model.safetensors.index.json",
-                        "pytorch_model.bin", "vocab.safetensors", "vocab.bin", "tokenizer.index.json", "__0_0.distcp", ".metadata",
-                        "__0.metadata", ".config.json.dcpctl-tmp-123", "config.json.dcpctl-tmp-1", ".hidden.json", "README.md",
-                        "train.py", "optimizer.pt", "trainer_state.json", "training_args.bin", "sharded", "",
-                        "spk_dict.pt.bak", "my_spk_dict.pt"})
+  for (const char* n : {"model.safetensors",
+                        "model-00001-of-00002.safetensors",
+                        "model.safetensors.index.json",
+                        "pytorch_model.bin",
+                        "vocab.safetensors",
+                        "vocab.bin",
+                        "tokenizer.index.json",
+                        "__0_0.distcp",
+                        ".metadata",
+                        "__0.metadata",
+                        ".config.json.dcpctl-tmp-123",
+                        "config.json.dcpctl-tmp-1",
+                        ".hidden.json",
+                        "README.md",
+                        "train.py",
+                        "optimizer.pt",
+                        "trainer_state.json",
+                        "training_args.bin",
+                        "sharded",
+                        "",
+                        "spk_dict.pt.bak",
+                        "my_spk_dict.pt"})
     CHECK_FALSE(is_asset_name(n));
 }
 
@@ -109,14 +144,16 @@ TEST_CASE("assets: links leave the checkpoint's folder only from an --assets fol
 
 TEST_CASE("assets: tie_word_embeddings against lm_head.weight, a note only where it matters") {
   TempDir d;
-  const std::vector<std::string> with_head{"model.embed_tokens.weight", "lm_head.weight"}, without{"model.embed_tokens.weight"};
+  const std::vector<std::string> with_head{"model.embed_tokens.weight", "lm_head.weight"},
+      without{"model.embed_tokens.weight"};
   auto t = tied_embeddings(with_config(d, R"({"tie_word_embeddings": true})"), with_head);
   REQUIRE(t);
   CHECK((t->config && t->lm_head && !t->note.empty()));
   t = tied_embeddings(with_config(d, R"({"tie_word_embeddings": true})"), without);
   REQUIRE(t);
   CHECK((t->config && !t->lm_head && t->note.empty()));
-  t = tied_embeddings(with_config(d, R"({"tie_word_embeddings": false, "architectures": ["LlamaForCausalLM"]})"), without);
+  t = tied_embeddings(with_config(d, R"({"tie_word_embeddings": false, "architectures": ["LlamaForCausalLM"]})"),
+                      without);
   REQUIRE(t);
   CHECK((!t->config && !t->lm_head && t->note.find("at random") != std::string::npos));
   t = tied_embeddings(with_config(d, R"({"tie_word_embeddings": false, "architectures": ["BertModel"]})"), without);

@@ -1,8 +1,8 @@
 // The numeric core of diff and stats: float64 widening of every dtype, stable moments, ULP
 // distances, the exact and allclose rules, window planning and window reads.
-#include <catch2/catch.hpp>
 #include <algorithm>
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -13,8 +13,8 @@
 
 #include "compare/diff_core.h"
 #include "compare/stats_core.h"
-#include "item/window.h"
 #include "item/item_reader.h"
+#include "item/window.h"
 #include "meta/checkpoint.h"
 #include "util/elements.h"
 #include "util/memory_gate.h"
@@ -33,7 +33,8 @@ std::vector<uint8_t> bytes_of(const std::vector<T>& v) {
   return b;
 }
 
-DiffAccumulator cmp(DType da, const std::vector<uint8_t>& a, DType db, const std::vector<uint8_t>& b, const DiffRule& r) {
+DiffAccumulator cmp(DType da, const std::vector<uint8_t>& a, DType db, const std::vector<uint8_t>& b,
+                    const DiffRule& r) {
   size_t n = a.size() / itemsize(da);
   std::vector<double> wa(2 * n), wb(2 * n);
   DiffAccumulator acc;
@@ -124,7 +125,9 @@ TEST_CASE("stats: stable moments, Bessel std, torch's NaN/Inf rules") {
 
 namespace {
 
-bool same_double(double a, double b) { return (std::isnan(a) && std::isnan(b)) || std::memcmp(&a, &b, 8) == 0; }
+bool same_double(double a, double b) {
+  return (std::isnan(a) && std::isnan(b)) || std::memcmp(&a, &b, 8) == 0;
+}
 
 // Every field bit for bit (NaN equal to NaN).
 bool same_acc(const StatsAccumulator& a, const StatsAccumulator& b) {
@@ -183,8 +186,10 @@ TEST_CASE("stats kernel: every bf16/fp16/fp8 bit pattern decodes as widen() does
       StatsAccumulator a;
       stats_add_raw(a, isa, DType::Float16, reinterpret_cast<const uint8_t*>(v.data()), 8, 0);
       double ref = f16_to_f32(static_cast<uint16_t>(h));
-      if (std::isnan(ref)) CHECK(a.nan == 8);
-      else CHECK((a.min == ref && a.max == ref));
+      if (std::isnan(ref))
+        CHECK(a.nan == 8);
+      else
+        CHECK((a.min == ref && a.max == ref));
     }
   }
 }
@@ -247,9 +252,12 @@ TEST_CASE("stats kernel: SIMD paths agree bit for bit, non-finite values located
 
 TEST_CASE("ULP distances count representable values") {
   float a = 1.0f, b = std::nextafter(std::nextafter(1.0f, 2.0f), 2.0f);
-  CHECK(float_ordinal(DType::Float32, reinterpret_cast<uint8_t*>(&b)) - float_ordinal(DType::Float32, reinterpret_cast<uint8_t*>(&a)) == 2);
+  CHECK(float_ordinal(DType::Float32, reinterpret_cast<uint8_t*>(&b)) -
+            float_ordinal(DType::Float32, reinterpret_cast<uint8_t*>(&a)) ==
+        2);
   float nz = -0.0f, pz = 0.0f;
-  CHECK(float_ordinal(DType::Float32, reinterpret_cast<uint8_t*>(&nz)) == float_ordinal(DType::Float32, reinterpret_cast<uint8_t*>(&pz)));
+  CHECK(float_ordinal(DType::Float32, reinterpret_cast<uint8_t*>(&nz)) ==
+        float_ordinal(DType::Float32, reinterpret_cast<uint8_t*>(&pz)));
   CHECK(ulp_distance(DType::BFloat16, 1.0, 1.0078125) == 1);  // bf16 spacing at 1 is 2^-7
   CHECK(ulp_distance(DType::BFloat16, -1e-40, 1e-40) > 0);
   CHECK(ulp_distance(DType::Float64, 1.0, std::nextafter(1.0, 2.0)) == 1);
@@ -357,7 +365,8 @@ TEST_CASE("window reader decodes a zstd chunk once for all its windows, within t
       for (unsigned i = 0; i < threads; ++i)
         ts.emplace_back([&] {
           std::vector<uint8_t> s(bytes);
-          for (size_t w; (w = next++) < rows.size();) f.fill(t, rows[w], out.data() + rows[w].start * itemsize(*t.dtype), s.data());
+          for (size_t w; (w = next++) < rows.size();)
+            f.fill(t, rows[w], out.data() + rows[w].start * itemsize(*t.dtype), s.data());
         });
       for (auto& th : ts) th.join();
       return out;
@@ -407,7 +416,8 @@ TEST_CASE("window reader: windows of 2-d mesh shards hold the tensor's bytes, re
       for (uint64_t e = 0; e < t.chunk_numel(c); ++e) {
         std::vector<int64_t> idx = unravel(sizes, e);
         uint64_t at = 0;
-        for (size_t d = 0; d < nd; ++d) at = at * static_cast<uint64_t>(t.shape[d]) + static_cast<uint64_t>(t.chunk_offsets(c)[d] + idx[d]);
+        for (size_t d = 0; d < nd; ++d)
+          at = at * static_cast<uint64_t>(t.shape[d]) + static_cast<uint64_t>(t.chunk_offsets(c)[d] + idx[d]);
         std::memcpy(ref.data() + at * item, dense.data() + e * item, item);
       }
     }

@@ -1,6 +1,6 @@
 // CRC-32 (zip's) against published check values and Python's zlib.crc32; SHA-256 at the end.
-#include <catch2/catch.hpp>
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <string>
 #include <vector>
 
@@ -49,8 +49,8 @@ TEST_CASE("crc32 equals the bitwise definition at every length and alignment on 
     x ^= x << 13, x ^= x >> 7, x ^= x << 17;
     b = static_cast<uint8_t>(x);
   }
-  using dcpctl::Crc32Path;
   using dcpctl::crc32_update_via;
+  using dcpctl::Crc32Path;
   for (Crc32Path path : {Crc32Path::Zlib, Crc32Path::Clmul, Crc32Path::Vclmul}) {
     if (path > dcpctl::crc32_best_path()) {
       WARN("this CPU does not run CRC-32 path " << static_cast<int>(path) << ": not checked here");

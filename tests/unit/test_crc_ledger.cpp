@@ -1,7 +1,7 @@
 // The CRC ledger (util/crc_ledger.h): a record's CRC-32 checked from reads that come in any
 // pieces, order, overlap and thread; a mismatch named; nothing checked twice or left behind.
-#include <catch2/catch.hpp>
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <random>
 #include <string>
 #include <thread>
@@ -37,7 +37,7 @@ TEST_CASE("ledger: a record read in shuffled, overlapping pieces is checked once
     l.saw("f", a, file.data() + a, k);
   }
   CHECK(l.checked() == 1);
-  CHECK_FALSE(l.watching(off, n));  // gone once checked
+  CHECK_FALSE(l.watching(off, n));          // gone once checked
   l.saw("f", 0, file.data(), file.size());  // later reads cost nothing and find nothing
   CHECK(l.checked() == 1);
 }
@@ -75,7 +75,8 @@ TEST_CASE("ledger: several records, read by several threads in small pieces") {
   std::vector<std::thread> ts;
   for (unsigned t = 0; t < 4; ++t)
     ts.emplace_back([&, t] {
-      for (size_t i = t; i < reads.size(); i += 4) l.saw("f", reads[i].first, file.data() + reads[i].first, reads[i].second);
+      for (size_t i = t; i < reads.size(); i += 4)
+        l.saw("f", reads[i].first, file.data() + reads[i].first, reads[i].second);
     });
   for (auto& t : ts) t.join();
   CHECK(l.checked() == recs.size());

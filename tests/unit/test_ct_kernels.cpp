@@ -21,7 +21,14 @@ namespace {
 // The reference: the scalar code the encoders ran before the kernels.
 uint8_t ref_fp4(float v) {
   const float m = std::fabs(v);
-  const uint8_t i = m <= 0.25f ? 0 : m < 0.75f ? 1 : m <= 1.25f ? 2 : m < 1.75f ? 3 : m <= 2.5f ? 4 : m < 3.5f ? 5 : m <= 5.0f ? 6 : 7;
+  const uint8_t i = m <= 0.25f   ? 0
+                    : m < 0.75f  ? 1
+                    : m <= 1.25f ? 2
+                    : m < 1.75f  ? 3
+                    : m <= 2.5f  ? 4
+                    : m < 3.5f   ? 5
+                    : m <= 5.0f  ? 6
+                                 : 7;
   return static_cast<uint8_t>(i | (v < 0 ? 8 : 0));
 }
 float ref_amax(const float* v, size_t n) {
@@ -42,8 +49,9 @@ std::vector<float> patterns() {
       x.push_back(-bits_f32(f32_bits(centre) - 1024 + d));
     }
   const float inf = std::numeric_limits<float>::infinity();
-  for (float s : {0.0f, -0.0f, inf, -inf, std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN(),
-                  bits_f32(0x7F800001u), bits_f32(0xFFC00001u), bits_f32(1u), bits_f32(0x80000001u)})
+  for (float s :
+       {0.0f, -0.0f, inf, -inf, std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN(),
+        bits_f32(0x7F800001u), bits_f32(0xFFC00001u), bits_f32(1u), bits_f32(0x80000001u)})
     x.push_back(s);
   while (x.size() % 32) x.push_back(0.5f);
   return x;
@@ -93,7 +101,8 @@ TEST_CASE("ct kernels: group_abs_max and abs_max fold as std::max of std::fabs f
     group_abs_max(x.data(), n, group, got.data());
     size_t bad = 0;
     for (size_t g = 0; g < got.size(); ++g)
-      bad += f32_bits(got[g]) != f32_bits(ref_amax(x.data() + g * static_cast<size_t>(group), static_cast<size_t>(group)));
+      bad +=
+          f32_bits(got[g]) != f32_bits(ref_amax(x.data() + g * static_cast<size_t>(group), static_cast<size_t>(group)));
     CHECK(bad == 0);
   }
   CHECK(f32_bits(abs_max(x.data(), x.size())) == f32_bits(ref_amax(x.data(), x.size())));
@@ -109,7 +118,8 @@ TEST_CASE("ct kernels: divide_by_groups is one float32 division by each group's 
   const std::vector<float> x = patterns();
   const int64_t n = static_cast<int64_t>(x.size()), group = 16;
   std::vector<float> scale(static_cast<size_t>(n / group));
-  for (size_t g = 0; g < scale.size(); ++g) scale[g] = bits_f32(0x3A000000u + static_cast<uint32_t>(g * 2654435761u % 0x0A000000u));
+  for (size_t g = 0; g < scale.size(); ++g)
+    scale[g] = bits_f32(0x3A000000u + static_cast<uint32_t>(g * 2654435761u % 0x0A000000u));
   std::vector<float> got(x.size());
   divide_by_groups(x.data(), n, group, scale.data(), got.data());
   size_t bad = 0;
@@ -120,12 +130,14 @@ TEST_CASE("ct kernels: divide_by_groups is one float32 division by each group's 
   CHECK(bad == 0);
 }
 
-TEST_CASE("ct kernels: int4_pairs is torch.round of the clamp, + 8, the first value in the low nibble", "[ct-kernels]") {
+TEST_CASE("ct kernels: int4_pairs is torch.round of the clamp, + 8, the first value in the low nibble",
+          "[ct-kernels]") {
   // every pattern and each quarter from -9 to 9 with its float32 neighbours (the ties of round half to
   // even, the clamp's bounds)
   std::vector<float> x = patterns();
   for (int k = -36; k <= 36; ++k)
-    for (int d = -1; d <= 1; ++d) x.push_back(bits_f32(f32_bits(0.25f * static_cast<float>(k)) + static_cast<uint32_t>(d)));
+    for (int d = -1; d <= 1; ++d)
+      x.push_back(bits_f32(f32_bits(0.25f * static_cast<float>(k)) + static_cast<uint32_t>(d)));
   if (x.size() % 2) x.push_back(0.0f);
   std::vector<uint8_t> got(x.size() / 2);
   int4_pairs(x.data(), x.size(), got.data());
@@ -146,7 +158,8 @@ TEST_CASE("ct kernels: int4_pairs is torch.round of the clamp, + 8, the first va
   const float eight[8] = {-8, -7, 0, 1, 2.5f, 3.5f, -0.5f, 7.6f};
   uint8_t word[4];
   int4_pairs(eight, 8, word);
-  CHECK(static_cast<uint32_t>(word[0] | word[1] << 8 | word[2] << 16 | static_cast<uint32_t>(word[3]) << 24) == 0xF8CA9810u);
+  CHECK(static_cast<uint32_t>(word[0] | word[1] << 8 | word[2] << 16 | static_cast<uint32_t>(word[3]) << 24) ==
+        0xF8CA9810u);
 }
 
 }  // namespace

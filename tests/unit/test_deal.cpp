@@ -20,9 +20,10 @@ namespace {
 
 // Three tensors of 40, 40 and 120 bytes, each in two row shards saved by ranks 0 and 1.
 Checkpoint two_rank_checkpoint() {
-  return checkpoint({tensor("a", {10}, {{0, 5}, {5, 5}}, DType::Float32, 2), tensor("b", {10}, {{0, 5}, {5, 5}}, DType::Float32, 2),
-                     tensor("c", {30}, {{0, 15}, {15, 15}}, DType::Float32, 2)},
-                    2);
+  return checkpoint(
+      {tensor("a", {10}, {{0, 5}, {5, 5}}, DType::Float32, 2), tensor("b", {10}, {{0, 5}, {5, 5}}, DType::Float32, 2),
+       tensor("c", {30}, {{0, 15}, {15, 15}}, DType::Float32, 2)},
+      2);
 }
 
 Target hf_dir(uint64_t shard) {
@@ -247,7 +248,9 @@ TEST_CASE("shared reads: tasks grouped in order within the limit; one that canno
   // cost 0: cannot share; 50 over the limit of 40: alone, not shared.
   std::vector<TaskGroup> g = group_tasks({10, 10, 10, 10, 10, 0, 10, 50, 20, 25}, 40, 512);
   REQUIRE(g.size() == 7);
-  auto is = [](const TaskGroup& t, size_t b, size_t e, bool shared) { return t.begin == b && t.end == e && t.shared == shared; };
+  auto is = [](const TaskGroup& t, size_t b, size_t e, bool shared) {
+    return t.begin == b && t.end == e && t.shared == shared;
+  };
   CHECK(is(g[0], 0, 4, true));  // 4 x 10 = the limit
   CHECK(is(g[1], 4, 5, true));
   CHECK(is(g[2], 5, 6, false));

@@ -23,7 +23,8 @@ const TensorMeta& tensor(const Checkpoint& ck, const std::string& fqn) {
 
 // Reads chunk 0 of `t` in `parts` equal parts through `cache`, each part one use announced
 // beforehand (when `announce`); checks the bytes.
-void read_in_parts(DecodedChunks& cache, const ItemReader& reader, const TensorMeta& t, size_t parts, bool announce = true) {
+void read_in_parts(DecodedChunks& cache, const ItemReader& reader, const TensorMeta& t, size_t parts,
+                   bool announce = true) {
   uint64_t total = t.chunk_numel(0) * itemsize(*t.dtype);
   std::vector<uint8_t> want(total), got(total, 0xAB);
   reader.read_chunk(t, 0, want.data());

@@ -7,8 +7,8 @@
 #include <cstring>
 #include <vector>
 
-#include "view/kernels.h"
 #include "util/numeric.h"
+#include "view/kernels.h"
 
 namespace dcpctl {
 namespace {
@@ -21,12 +21,18 @@ TEST_CASE("dequantize: any box of the weight, blocks cut at both edges, non-squa
   std::vector<float> scale(static_cast<size_t>(srows * scols));
   for (size_t i = 0; i < scale.size(); ++i) scale[i] = 0.001f * static_cast<float>(i + 1) + 1e-7f;
   for (DType d : {DType::Float8_E4M3FN, DType::Float8_E5M2}) {
-    for (auto [r0, c0, nr, nc] : {std::array<int64_t, 4>{0, 0, rows, cols}, {5, 130, 20, 170}, {16, 127, 1, 2}, {36, 299, 1, 1}, {3, 0, 0, 5}}) {
+    for (auto [r0, c0, nr, nc] : {std::array<int64_t, 4>{0, 0, rows, cols},
+                                  {5, 130, 20, 170},
+                                  {16, 127, 1, 2},
+                                  {36, 299, 1, 1},
+                                  {3, 0, 0, 5}}) {
       Box box;
       box.offsets = {r0, c0};
       box.sizes = {nr, nc};
       std::vector<uint8_t> part(static_cast<size_t>(nr * nc));
-      for (int64_t r = 0; r < nr; ++r) std::memcpy(&part[static_cast<size_t>(r * nc)], &q[static_cast<size_t>((r0 + r) * cols + c0)], static_cast<size_t>(nc));
+      for (int64_t r = 0; r < nr; ++r)
+        std::memcpy(&part[static_cast<size_t>(r * nc)], &q[static_cast<size_t>((r0 + r) * cols + c0)],
+                    static_cast<size_t>(nc));
       std::vector<float> out(part.size() + 1, -1.0f);
       dequantize_fp8_blocks(d, part.data(), box, scale.data(), scols, block, out.data());
       for (int64_t r = 0; r < nr; ++r)
@@ -48,7 +54,8 @@ TEST_CASE("dequantize: any box of the weight, blocks cut at both edges, non-squa
 
 namespace dcpctl {
 
-TEST_CASE("dequantize: MXFP4 groups in a box of blocks, low nibble first, ldexp rounded once (edge scales)", "[dequantize]") {
+TEST_CASE("dequantize: MXFP4 groups in a box of blocks, low nibble first, ldexp rounded once (edge scales)",
+          "[dequantize]") {
   // Blocks [2, 3, 2 groups, 2 bytes]; the box is row 1..2 of expert 1 (4 groups of 2 bytes).
   const std::vector<int64_t> scale_shape = {2, 3, 2};
   std::vector<uint8_t> scales(12);

@@ -78,7 +78,8 @@ class FakeGroup final : public Group {
       throw IoError(Where(), "fake: nothing from " + std::to_string(src) + " (deadlock?)");
     auto m = q.front();
     q.pop_front();
-    if (m->bytes.size() != n) throw IoError(Where(), "fake: size mismatch " + std::to_string(m->bytes.size()) + " != " + std::to_string(n));
+    if (m->bytes.size() != n)
+      throw IoError(Where(), "fake: size mismatch " + std::to_string(m->bytes.size()) + " != " + std::to_string(n));
     std::memcpy(data, m->bytes.data(), n);
     m->taken = true;
     w_.cv.notify_all();
@@ -118,8 +119,10 @@ void run_exchange(const std::string& fixture, int world, unsigned lanes, uint64_
           unsigned lane = next[static_cast<size_t>(writer)]++ % lanes;
           for (size_t c = 0; c < tm.num_chunks(); ++c)
             if (tm.chunk_numel(c) > 0)
-              plan.push_back({static_cast<uint32_t>(t), static_cast<uint32_t>(c),
-                              least_loaded(load, tm.chunk_numel(c), [&](int o) { return vis.can_read(o, tm.storage[c].file); }), writer, lane});
+              plan.push_back(
+                  {static_cast<uint32_t>(t), static_cast<uint32_t>(c),
+                   least_loaded(load, tm.chunk_numel(c), [&](int o) { return vis.can_read(o, tm.storage[c].file); }),
+                   writer, lane});
         }
         std::vector<Transfer> mine_plan = plan;
         MemoryGate gate(1ull << 30);

@@ -9,8 +9,8 @@
 #include <cstring>
 #include <map>
 #include <memory>
-#include <string>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "compare/export_bound.h"
@@ -132,7 +132,8 @@ Quantized nvfp4(int64_t rows, int64_t cols, bool modelopt, unsigned seed, int ti
   q.rows = rows, q.cols = cols;
   q.x = normal_weight(rows, cols, seed);
   // The first `tiny_rows` rows 10^-5 of the rest: their blocks' e4m3 scales are subnormals.
-  for (size_t i = 0; i < static_cast<size_t>(tiny_rows * cols); ++i) q.x[i] *= 1e-5f * (1 + static_cast<float>(i / cols));
+  for (size_t i = 0; i < static_cast<size_t>(tiny_rows * cols); ++i)
+    q.x[i] *= 1e-5f * (1 + static_cast<float>(i / cols));
   float amax = 0;
   for (float v : q.x) amax = std::max(amax, std::fabs(v));
   const float g = 2688.0f / amax;
@@ -142,7 +143,8 @@ Quantized nvfp4(int64_t rows, int64_t cols, bool modelopt, unsigned seed, int ti
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t bc = 0; bc < gc; ++bc) {
       float a16 = 0;
-      for (int64_t c = bc * 16; c < bc * 16 + 16; ++c) a16 = std::max(a16, std::fabs(q.x[static_cast<size_t>(r * cols + c)]));
+      for (int64_t c = bc * 16; c < bc * 16 + 16; ++c)
+        a16 = std::max(a16, std::fabs(q.x[static_cast<size_t>(r * cols + c)]));
       uint8_t sb = f32_to_e4m3fn(a16 / 6 * g);
       if (e4m3fn_to_f32(sb) == 0) sb = f32_to_e4m3fn(0.125f);
       block[static_cast<size_t>(r * gc + bc)] = sb;
@@ -170,8 +172,7 @@ Quantized nvfp4(int64_t rows, int64_t cols, bool modelopt, unsigned seed, int ti
 }
 
 // Elements [start, start + n) of q's weight, `dq` for its decoded values, compared under its bound.
-DiffAccumulator compare(const Quantized& q, const std::vector<float>& dq, uint64_t start = 0,
-                        uint64_t n = UINT64_MAX) {
+DiffAccumulator compare(const Quantized& q, const std::vector<float>& dq, uint64_t start = 0, uint64_t n = UINT64_MAX) {
   if (n == UINT64_MAX) n = q.x.size() - start;
   DiffAccumulator acc;
   std::vector<double> wa(n), wb(n);
@@ -204,8 +205,8 @@ TEST_CASE("E2M1 half steps", "[export_bound]") {
   CHECK(e2m1_half_step(-1.5) == 0.25);  // values in [1.25, 1.75] round to 1.5
   CHECK(e2m1_half_step(2) == 0.5);      // (1.75, 2.5]
   CHECK(e2m1_half_step(3) == 0.5);
-  CHECK(e2m1_half_step(4) == 1);        // [3.5, 5]
-  CHECK(e2m1_half_step(-6) == 1);       // (5, 6.4]: an e4m3 block scale of amax / 6 saturates that little
+  CHECK(e2m1_half_step(4) == 1);   // [3.5, 5]
+  CHECK(e2m1_half_step(-6) == 1);  // (5, 6.4]: an e4m3 block scale of amax / 6 saturates that little
 }
 
 TEST_CASE("fp8 block export: within the bound, and a step off is not", "[export_bound]") {

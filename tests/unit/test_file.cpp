@@ -26,7 +26,10 @@ namespace {
 // An aligned buffer with room for direct_span(offset, n) bytes.
 struct Aligned {
   std::unique_ptr<uint8_t, decltype(&std::free)> p{nullptr, &std::free};
-  explicit Aligned(size_t n) { p.reset(static_cast<uint8_t*>(std::aligned_alloc(kDirectAlign, (n + kDirectAlign - 1) / kDirectAlign * kDirectAlign))); }
+  explicit Aligned(size_t n) {
+    p.reset(
+        static_cast<uint8_t*>(std::aligned_alloc(kDirectAlign, (n + kDirectAlign - 1) / kDirectAlign * kDirectAlign)));
+  }
 };
 
 void check_reads(const std::string& dir) {
@@ -34,8 +37,9 @@ void check_reads(const std::string& dir) {
   TempFile f(dir, size);
   ReadFile rf(f.path);
   std::mt19937 rng(11);
-  std::vector<std::pair<uint64_t, uint64_t>> cases = {{0, size}, {0, 4096}, {1, 4095}, {4095, 2}, {4096, 8192}, {size - 1, 1},
-                                                      {size - 5000, 5000}, {100, 0}, {size, 0}};
+  std::vector<std::pair<uint64_t, uint64_t>> cases = {{0, size},           {0, 4096},    {1, 4095},
+                                                      {4095, 2},           {4096, 8192}, {size - 1, 1},
+                                                      {size - 5000, 5000}, {100, 0},     {size, 0}};
   for (int i = 0; i < 200; ++i) {
     uint64_t off = rng() % size, n = rng() % (size - off + 1);
     cases.emplace_back(off, n);
@@ -67,8 +71,9 @@ void check_reads(const std::string& dir) {
 
 }  // namespace
 
-TEST_CASE("file: read_direct returns read_at's bytes at every alignment, where O_DIRECT works and where it is refused") {
-  check_reads(".");  // the build tree: ext4 here, which takes O_DIRECT
+TEST_CASE(
+    "file: read_direct returns read_at's bytes at every alignment, where O_DIRECT works and where it is refused") {
+  check_reads(".");                                       // the build tree: ext4 here, which takes O_DIRECT
   if (is_directory("/dev/shm")) check_reads("/dev/shm");  // tmpfs refuses O_DIRECT: buffered
 }
 
@@ -78,7 +83,8 @@ TEST_CASE("file: join_spans joins neighbouring items of an s3:// object into req
   // Items back to back (as DCP writes them), given out of order: joined up to the cap.
   Spans items;
   for (uint64_t i = 0; i < 10; ++i) items.emplace_back((9 - i) * 3 * MiB, 3 * MiB);
-  CHECK(join_spans(items, size) == Spans{{0, 6 * MiB}, {6 * MiB, 12 * MiB}, {12 * MiB, 18 * MiB}, {18 * MiB, 24 * MiB}, {24 * MiB, 30 * MiB}});
+  CHECK(join_spans(items, size) ==
+        Spans{{0, 6 * MiB}, {6 * MiB, 12 * MiB}, {12 * MiB, 18 * MiB}, {18 * MiB, 24 * MiB}, {24 * MiB, 30 * MiB}});
   // A gap under kRemoteGap is fetched to save a request; one at kRemoteGap or more is not.
   CHECK(join_spans({{0, 100}, {100 + kRemoteGap - 1, 10}}, size) == Spans{{0, 100 + kRemoteGap + 9}});
   CHECK(join_spans({{0, 100}, {101 + kRemoteGap, 10}}, size) == Spans{{0, 100}, {101 + kRemoteGap, 111 + kRemoteGap}});
@@ -101,7 +107,9 @@ TEST_CASE("file: cached() is true only when every page of the range is in the pa
   ReadFile rf(f.path);
   const int fd = rf.fd();
   REQUIRE(::fdatasync(fd) == 0);
-  auto drop = [&](uint64_t off, uint64_t n) { REQUIRE(::posix_fadvise(fd, static_cast<off_t>(off), static_cast<off_t>(n), POSIX_FADV_DONTNEED) == 0); };
+  auto drop = [&](uint64_t off, uint64_t n) {
+    REQUIRE(::posix_fadvise(fd, static_cast<off_t>(off), static_cast<off_t>(n), POSIX_FADV_DONTNEED) == 0);
+  };
   auto load = [&](uint64_t off, uint64_t n) {
     std::vector<uint8_t> b(n);
     rf.read_at(off, b.data(), n);
@@ -126,8 +134,8 @@ TEST_CASE("file: cached() is true only when every page of the range is in the pa
     drop(off, n);
     CHECK_FALSE(rf.cached(0, size));
     CHECK_FALSE(rf.cached(off + n / 2, 1));
-    if (off > 0) CHECK(rf.cached(0, off));                                  // the pages before are still there
-    if (off + n < size) CHECK(rf.cached(off + n, size - off - n));          // and after
+    if (off > 0) CHECK(rf.cached(0, off));                          // the pages before are still there
+    if (off + n < size) CHECK(rf.cached(off + n, size - off - n));  // and after
     load(off, n);
     CHECK(rf.cached(0, size));
   }

@@ -45,8 +45,10 @@ TEST_CASE("fp8 quantize: block scales and e4m3 bytes equal the element-by-elemen
     for (int64_t c = 0; c < cols; ++c) {
       const float a = std::fabs(x[static_cast<size_t>(r * cols + c)]);
       float& m = want[static_cast<size_t>((r / bm) * cb + c / bn)];
-      if (a != a) m = a;
-      else if (a > m) m = a;
+      if (a != a)
+        m = a;
+      else if (a > m)
+        m = a;
     }
   for (float& m : want) m = m > 0.0f ? (1.0f / m) * 448.0f : 1.0f;
   std::vector<float> scale(want.size(), -1.0f);

@@ -58,7 +58,7 @@ TEST_CASE("gcs listings: items, prefixes, page tokens, and anything else an erro
       url);
   REQUIRE(p.objects.size() == 2);
   CHECK(p.objects[0] == std::make_pair(std::string("p/.metadata"), uint64_t{1234}));  // GCS: a decimal string
-  CHECK(p.objects[1].second == 5);                                                   // a number, as some emulators
+  CHECK(p.objects[1].second == 5);                                                    // a number, as some emulators
   CHECK(p.prefixes == std::vector<std::string>{"p/sub/"});
   CHECK(p.next_token == "tok");
 
@@ -68,9 +68,10 @@ TEST_CASE("gcs listings: items, prefixes, page tokens, and anything else an erro
   CHECK(p.next_token.empty());
   CHECK(parse_list_page(R"({"nextPageToken":null})", url).next_token.empty());
 
-  for (const char* bad : {"", "not json", "[]", R"({"items":{}})", R"({"items":[{"size":"1"}]})",
-                          R"({"items":[{"name":"a"}]})", R"({"items":[{"name":"a","size":"-1"}]})",
-                          R"({"items":[{"name":"a","size":"1e3"}]})", R"({"prefixes":[1]})", R"({"nextPageToken":3})"}) {
+  for (const char* bad :
+       {"", "not json", "[]", R"({"items":{}})", R"({"items":[{"size":"1"}]})", R"({"items":[{"name":"a"}]})",
+        R"({"items":[{"name":"a","size":"-1"}]})", R"({"items":[{"name":"a","size":"1e3"}]})", R"({"prefixes":[1]})",
+        R"({"nextPageToken":3})"}) {
     INFO(bad);
     try {
       parse_list_page(bad, url);
@@ -92,7 +93,8 @@ TEST_CASE("gcs object metadata and error bodies", "[gcs]") {
       R"({"error":{"code":403,"message":"sa@p.iam does not have storage.objects.get access","errors":[{"reason":"forbidden"}]}})");
   CHECK(reason == "forbidden");
   CHECK(message == "sa@p.iam does not have storage.objects.get access");
-  CHECK(parse_error_body(R"({"error":{"code":404,"message":"Not Found"}})") == std::make_pair(std::string(), std::string("Not Found")));
+  CHECK(parse_error_body(R"({"error":{"code":404,"message":"Not Found"}})") ==
+        std::make_pair(std::string(), std::string("Not Found")));
   CHECK(parse_error_body("Not Found") == std::pair<std::string, std::string>{});
   CHECK(parse_error_body(R"({"error":"x"})") == std::pair<std::string, std::string>{});
 }

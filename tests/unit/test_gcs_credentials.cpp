@@ -185,7 +185,8 @@ std::pair<nlohmann::json, nlohmann::json> check_jwt(const std::string& jwt) {
   CHECK(verify_rs256(jwt.substr(0, b), *sig));
   std::string tampered = jwt.substr(0, b) + "x";
   CHECK_FALSE(verify_rs256(tampered, *sig));
-  auto header = base64_decode(jwt.substr(0, a), Base64::Url), claims = base64_decode(jwt.substr(a + 1, b - a - 1), Base64::Url);
+  auto header = base64_decode(jwt.substr(0, a), Base64::Url),
+       claims = base64_decode(jwt.substr(a + 1, b - a - 1), Base64::Url);
   REQUIRE(header);
   REQUIRE(claims);
   return {nlohmann::json::parse(*header), nlohmann::json::parse(*claims)};

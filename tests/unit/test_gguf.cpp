@@ -35,7 +35,13 @@ std::vector<uint8_t> encoded(TensorType t, const std::vector<float>& x) {
 TEST_CASE("gguf: Q8_0 is ggml's quantize_row_q8_0_ref, as gguf-py's Q8_0 computes it") {
   // Block 1: small values of both signs; block 2: amax 127 so d = 1 and x * (1/d) lands on halves
   // (rounded away from zero: 2.5 -> 3, -3.5 -> -4, 126.5 -> 127); block 3: zeros (d = 0, 1/d = 0).
-  std::vector<float> x{0x0.0p+0f, 0x1.d9fa02p-8f, 0x1.4b6d0ep-6f, 0x1.2580a6p-5f, 0x1.97e9acp-5f, 0x1.d87c6ap-5f, 0x1.c8c852p-5f, 0x1.57700ep-8f, 0x1.d96c1ap-9f, -0x1.703c7ep-8f, -0x1.5b3bc0p-6f, -0x1.47f400p-5f, -0x1.d965eap-5f, -0x1.1d5aecp-4f, -0x1.2480b6p-7f, -0x1.b697d2p-7f, -0x1.5d3a7cp-7f, 0x1.1dd3a4p-12f, 0x1.2d6eeap-6f, 0x1.4de44ep-5f, 0x1.01ad76p-4f, 0x1.46866ep-7f, 0x1.3a5e32p-6f, 0x1.857e6ap-6f, 0x1.53a044p-6f, 0x1.1ce68ap-7f, -0x1.7d6386p-7f, -0x1.3322eap-5f, -0x1.07b1b8p-7f, -0x1.3c3132p-6f, -0x1.e8d7aep-6f, -0x1.237d4cp-5f};
+  std::vector<float> x{0x0.0p+0f,       0x1.d9fa02p-8f,  0x1.4b6d0ep-6f,  0x1.2580a6p-5f,  0x1.97e9acp-5f,
+                       0x1.d87c6ap-5f,  0x1.c8c852p-5f,  0x1.57700ep-8f,  0x1.d96c1ap-9f,  -0x1.703c7ep-8f,
+                       -0x1.5b3bc0p-6f, -0x1.47f400p-5f, -0x1.d965eap-5f, -0x1.1d5aecp-4f, -0x1.2480b6p-7f,
+                       -0x1.b697d2p-7f, -0x1.5d3a7cp-7f, 0x1.1dd3a4p-12f, 0x1.2d6eeap-6f,  0x1.4de44ep-5f,
+                       0x1.01ad76p-4f,  0x1.46866ep-7f,  0x1.3a5e32p-6f,  0x1.857e6ap-6f,  0x1.53a044p-6f,
+                       0x1.1ce68ap-7f,  -0x1.7d6386p-7f, -0x1.3322eap-5f, -0x1.07b1b8p-7f, -0x1.3c3132p-6f,
+                       -0x1.e8d7aep-6f, -0x1.237d4cp-5f};
   for (float v : {127.0f, 2.5f, -3.5f, 0.5f, -0.5f, 1.5f, 126.5f, -126.5f}) x.push_back(v);
   for (int i = 0; i < 24; ++i) x.push_back(0.25f * static_cast<float>(i));
   for (int i = 0; i < 32; ++i) x.push_back(0.0f);
@@ -68,7 +74,7 @@ TEST_CASE("gguf: the header and the data offsets are GGUFWriter's") {
   h.add_i32s("tokenizer.ggml.token_type", {1, 3});
   CHECK(h.add_tensor("t.weight", {2, 3}, TensorType::F32) == 0);
   CHECK(h.add_tensor("q.weight", {2, 32}, TensorType::Q8_0) == 32);  // 24 bytes padded to 32
-  CHECK(h.data_bytes() == 32 + 96);                                    // 68 bytes padded to 96
+  CHECK(h.data_bytes() == 32 + 96);                                  // 68 bytes padded to 96
   std::vector<uint8_t> file = h.bytes();
   std::vector<float> t{0, 1, 2, 3, 4, 5};
   std::vector<uint8_t> data(h.data_bytes(), 0);
@@ -94,7 +100,7 @@ TEST_CASE("gguf: split shards, names and sizes as gguf-py's GGUFWriter and the c
   // A shard takes a tensor unless it holds one already and is at its count or would pass the size.
   CHECK(split_shards({10, 10, 10, 10, 10}, 2, 0) == std::vector<size_t>{0, 0, 1, 1, 2});
   CHECK(split_shards({10, 10, 10, 10, 10}, 0, 25) == std::vector<size_t>{0, 0, 1, 1, 2});
-  CHECK(split_shards({10, 10, 10}, 0, 20) == std::vector<size_t>{0, 0, 1});       // equal to the size: stays
+  CHECK(split_shards({10, 10, 10}, 0, 20) == std::vector<size_t>{0, 0, 1});         // equal to the size: stays
   CHECK(split_shards({100, 5, 100, 5}, 0, 50) == std::vector<size_t>{0, 1, 2, 3});  // a larger tensor alone
   CHECK(split_shards({1, 1, 100, 1, 1, 1}, 2, 50) == std::vector<size_t>{0, 0, 1, 2, 2, 3});
   CHECK(split_shards({10, 10}, 0, 0) == std::vector<size_t>{0, 0});

@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "gguf/arch_check.h"
-#include "meta/checkpoint.h"
 #include "gguf/model.h"
+#include "meta/checkpoint.h"
 
 using namespace dcpctl;
 using namespace dcpctl::gguf;
@@ -28,9 +28,10 @@ namespace {
 constexpr int64_t H = 64, I = 96, V = 40, L = 2, NH = 4, KV = 2, HD = 16, E = 2, FE = 32;
 
 json base(const char* arch) {
-  return {{"architectures", {arch}}, {"hidden_size", H},         {"intermediate_size", I}, {"num_hidden_layers", L},
-          {"num_attention_heads", NH}, {"num_key_value_heads", KV}, {"head_dim", HD},          {"vocab_size", V},
-          {"max_position_embeddings", 128}, {"rms_norm_eps", 1e-6}, {"rope_theta", 10000.0}, {"tie_word_embeddings", false}};
+  return {{"architectures", {arch}}, {"hidden_size", H},          {"intermediate_size", I},
+          {"num_hidden_layers", L},  {"num_attention_heads", NH}, {"num_key_value_heads", KV},
+          {"head_dim", HD},          {"vocab_size", V},           {"max_position_embeddings", 128},
+          {"rms_norm_eps", 1e-6},    {"rope_theta", 10000.0},     {"tie_word_embeddings", false}};
 }
 
 struct Model {
@@ -111,10 +112,22 @@ Model model(const std::string& arch) {
   } else if (arch == "deepseek2") {
     const int64_t qr = 32, kvr = 32, nope = 16, rope = 8, vd = 16;
     m.config = base("DeepseekV3ForCausalLM");
-    m.config.update({{"num_key_value_heads", NH}, {"n_routed_experts", E}, {"num_experts_per_tok", 1}, {"moe_intermediate_size", FE},
-                     {"q_lora_rank", qr}, {"kv_lora_rank", kvr}, {"qk_nope_head_dim", nope}, {"qk_rope_head_dim", rope},
-                     {"v_head_dim", vd}, {"first_k_dense_replace", 1}, {"n_group", 1}, {"topk_group", 1}, {"n_shared_experts", 1},
-                     {"scoring_func", "sigmoid"}, {"routed_scaling_factor", 1.0}, {"norm_topk_prob", true}});
+    m.config.update({{"num_key_value_heads", NH},
+                     {"n_routed_experts", E},
+                     {"num_experts_per_tok", 1},
+                     {"moe_intermediate_size", FE},
+                     {"q_lora_rank", qr},
+                     {"kv_lora_rank", kvr},
+                     {"qk_nope_head_dim", nope},
+                     {"qk_rope_head_dim", rope},
+                     {"v_head_dim", vd},
+                     {"first_k_dense_replace", 1},
+                     {"n_group", 1},
+                     {"topk_group", 1},
+                     {"n_shared_experts", 1},
+                     {"scoring_func", "sigmoid"},
+                     {"routed_scaling_factor", 1.0},
+                     {"norm_topk_prob", true}});
     m.config.erase("head_dim");
     for (int64_t i = 0; i < L; ++i) {
       const std::string p = "model.layers." + std::to_string(i) + ".";
@@ -139,9 +152,18 @@ Model model(const std::string& arch) {
     }
   } else if (arch == "glm4moe") {
     m.config = base("Glm4MoeForCausalLM");
-    m.config.update({{"n_routed_experts", E}, {"num_experts_per_tok", 1}, {"moe_intermediate_size", FE}, {"n_shared_experts", 1},
-                     {"first_k_dense_replace", 1}, {"n_group", 1}, {"topk_group", 1}, {"routed_scaling_factor", 1.0},
-                     {"use_qk_norm", true}, {"attention_bias", true}, {"partial_rotary_factor", 0.5}, {"norm_topk_prob", true},
+    m.config.update({{"n_routed_experts", E},
+                     {"num_experts_per_tok", 1},
+                     {"moe_intermediate_size", FE},
+                     {"n_shared_experts", 1},
+                     {"first_k_dense_replace", 1},
+                     {"n_group", 1},
+                     {"topk_group", 1},
+                     {"routed_scaling_factor", 1.0},
+                     {"use_qk_norm", true},
+                     {"attention_bias", true},
+                     {"partial_rotary_factor", 0.5},
+                     {"norm_topk_prob", true},
                      {"num_nextn_predict_layers", 1}});
     for (int64_t i = 0; i < L; ++i) {
       attention(m, i, true, true);
@@ -158,9 +180,16 @@ Model model(const std::string& arch) {
     }
   } else if (arch == "gpt-oss") {
     m.config = base("GptOssForCausalLM");
-    m.config.update({{"num_local_experts", E}, {"num_experts_per_tok", 1}, {"intermediate_size", FE}, {"sliding_window", 16},
-                     {"rope_scaling", {{"rope_type", "yarn"}, {"factor", 2.0}, {"original_max_position_embeddings", 64},
-                                       {"beta_fast", 32.0}, {"beta_slow", 1.0}}}});
+    m.config.update({{"num_local_experts", E},
+                     {"num_experts_per_tok", 1},
+                     {"intermediate_size", FE},
+                     {"sliding_window", 16},
+                     {"rope_scaling",
+                      {{"rope_type", "yarn"},
+                       {"factor", 2.0},
+                       {"original_max_position_embeddings", 64},
+                       {"beta_fast", 32.0},
+                       {"beta_slow", 1.0}}}});
     for (int64_t i = 0; i < L; ++i) {
       attention(m, i, true, false);
       const std::string p = "model.layers." + std::to_string(i) + ".";
@@ -183,7 +212,8 @@ Model model(const std::string& arch) {
 GgufArchReport check_plan(const Model& m, const std::string& drop = "") {
   Arch a = arch_of(m.config, "cfg");
   std::vector<Input> in = m.tensors;
-  std::sort(in.begin(), in.end(), [&](const Input& x, const Input& y) { return sort_key(a, x.key) < sort_key(a, y.key); });
+  std::sort(in.begin(), in.end(),
+            [&](const Input& x, const Input& y) { return sort_key(a, x.key) < sort_key(a, y.key); });
   std::vector<TensorPlan> plans = plan_tensors(a, m.config, in, out_type("f32"), "cfg");
   Header h;
   add_model_keys(h, a, m.config, "Tiny", size_label(plans), out_type("f32"), "cfg");

@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "gguf/bound.h"
-#include "util/numeric.h"
 #include "gguf/gguf.h"
+#include "util/numeric.h"
 
 using namespace dcpctl;
 using namespace dcpctl::gguf;

@@ -10,8 +10,8 @@
 #include <optional>
 #include <vector>
 
-#include "util/error.h"
 #include "gguf/model.h"
+#include "util/error.h"
 
 using namespace dcpctl;
 using namespace dcpctl::gguf;
@@ -36,7 +36,8 @@ TEST_CASE("gguf_model: size label and title as gguf-py writes them") {
 }
 
 TEST_CASE("gguf_model: names and types as the converter picks them") {
-  nlohmann::json config{{"architectures", {"LlamaForCausalLM"}}, {"num_attention_heads", 4}, {"num_key_value_heads", 2}};
+  nlohmann::json config{
+      {"architectures", {"LlamaForCausalLM"}}, {"num_attention_heads", 4}, {"num_key_value_heads", 2}};
   Arch a = arch_of(config, "cfg");
   CHECK(a.name == "llama");
   OutType q8 = out_type("q8_0");
@@ -55,16 +56,24 @@ TEST_CASE("gguf_model: names and types as the converter picks them") {
   CHECK_THROWS_AS(out_type("Q4_0"), UsageError);
   CHECK(out_type("q4_k").file_type == 15);
   // llama-quantize's fallbacks: rows of 64 take Q5_0 for Q4_K; norms stay F32.
-  CHECK(tensor_plan(a, config, "model.layers.0.mlp.down_proj.weight", {64, 64}, out_type("q4_k"), "cfg").type == TensorType::Q5_0);
-  CHECK(tensor_plan(a, config, "model.layers.0.mlp.down_proj.weight", {64, 512}, out_type("q6_k"), "cfg").type == TensorType::Q6_K);
-  CHECK(tensor_plan(a, config, "model.layers.0.input_layernorm.weight", {512}, out_type("q4_0"), "cfg").type == TensorType::F32);
+  CHECK(tensor_plan(a, config, "model.layers.0.mlp.down_proj.weight", {64, 64}, out_type("q4_k"), "cfg").type ==
+        TensorType::Q5_0);
+  CHECK(tensor_plan(a, config, "model.layers.0.mlp.down_proj.weight", {64, 512}, out_type("q6_k"), "cfg").type ==
+        TensorType::Q6_K);
+  CHECK(tensor_plan(a, config, "model.layers.0.input_layernorm.weight", {512}, out_type("q4_0"), "cfg").type ==
+        TensorType::F32);
 }
 
 TEST_CASE("gguf_model: Llama 3's rope_freqs as the converter's torch arithmetic gives them") {
   // LlamaModel.generate_extra_tensors under torch 2 (float32), printed with float.hex().
   nlohmann::json config{{"head_dim", 16},
-                        {"rope_parameters", {{"rope_type", "llama3"}, {"rope_theta", 10000.0}, {"factor", 8.0}, {"low_freq_factor", 1.0},
-                                             {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 64}}}};
+                        {"rope_parameters",
+                         {{"rope_type", "llama3"},
+                          {"rope_theta", 10000.0},
+                          {"factor", 8.0},
+                          {"low_freq_factor", 1.0},
+                          {"high_freq_factor", 4.0},
+                          {"original_max_position_embeddings", 64}}}};
   std::vector<float> want{1.0f, 0x1.4b42p+0f, 0x1.eab67p+2f, 8.0f, 8.0f, 8.0f, 8.0f, 8.0f};
   CHECK(llama3_rope_factors(config) == want);
 }
@@ -73,10 +82,11 @@ TEST_CASE("gguf_model: experts stacked where the converter emits them, kv_b spli
   nlohmann::json config{{"architectures", {"Qwen3MoeForCausalLM"}}, {"num_attention_heads", 4}, {"num_experts", 2}};
   Arch a = arch_of(config, "cfg");
   std::vector<Input> in;
-  for (const char* k : {"model.layers.0.mlp.experts.0.down_proj.weight", "model.layers.0.mlp.experts.0.gate_proj.weight",
-                        "model.layers.0.mlp.experts.0.up_proj.weight", "model.layers.0.mlp.experts.1.down_proj.weight",
-                        "model.layers.0.mlp.experts.1.gate_proj.weight", "model.layers.0.mlp.experts.1.up_proj.weight",
-                        "model.layers.0.mlp.gate.weight"})
+  for (const char* k :
+       {"model.layers.0.mlp.experts.0.down_proj.weight", "model.layers.0.mlp.experts.0.gate_proj.weight",
+        "model.layers.0.mlp.experts.0.up_proj.weight", "model.layers.0.mlp.experts.1.down_proj.weight",
+        "model.layers.0.mlp.experts.1.gate_proj.weight", "model.layers.0.mlp.experts.1.up_proj.weight",
+        "model.layers.0.mlp.gate.weight"})
     in.push_back({k, {32, 64}});
   std::vector<TensorPlan> p = plan_tensors(a, config, in, out_type("q8_0"), "cfg");
   REQUIRE(p.size() == 4);
@@ -109,39 +119,52 @@ TEST_CASE("gguf_model: experts stacked where the converter emits them, kv_b spli
 TEST_CASE("gguf_model: GLM-4.5's table as Glm4MoeModel maps it") {
   // Glm4MoeModel: GLM4_MOE's table (post_attention_norm, q/k norms, shared experts, exp_probs_b),
   // DeepSeek's MLA names refused, a layer past num_hidden_layers (MTP) refused.
-  nlohmann::json glm{{"architectures", {"Glm4MoeForCausalLM"}}, {"num_attention_heads", 4}, {"n_routed_experts", 2}, {"num_hidden_layers", 1}};
+  nlohmann::json glm{{"architectures", {"Glm4MoeForCausalLM"}},
+                     {"num_attention_heads", 4},
+                     {"n_routed_experts", 2},
+                     {"num_hidden_layers", 1}};
   Arch g = arch_of(glm, "cfg");
   CHECK(tensor_plan(g, glm, "model.layers.0.post_attention_layernorm.weight", {8}, out_type("f16"), "cfg").name ==
         "blk.0.post_attention_norm.weight");
-  CHECK(tensor_plan(g, glm, "model.layers.0.self_attn.k_norm.weight", {8}, out_type("f16"), "cfg").name == "blk.0.attn_k_norm.weight");
+  CHECK(tensor_plan(g, glm, "model.layers.0.self_attn.k_norm.weight", {8}, out_type("f16"), "cfg").name ==
+        "blk.0.attn_k_norm.weight");
   CHECK(tensor_plan(g, glm, "model.layers.0.mlp.shared_experts.up_proj.weight", {8, 8}, out_type("f16"), "cfg").name ==
         "blk.0.ffn_up_shexp.weight");
   CHECK(tensor_plan(g, glm, "model.layers.0.mlp.gate.e_score_correction_bias", {2}, out_type("f16"), "cfg").name ==
         "blk.0.exp_probs_b.bias");
-  CHECK_THROWS_AS(tensor_plan(g, glm, "model.layers.0.self_attn.q_a_proj.weight", {8, 8}, out_type("f16"), "cfg"), UnsupportedError);
-  CHECK_THROWS_AS(plan_tensors(g, glm, {{"model.layers.1.eh_proj.weight", {8, 16}}}, out_type("f16"), "cfg"), UnsupportedError);
+  CHECK_THROWS_AS(tensor_plan(g, glm, "model.layers.0.self_attn.q_a_proj.weight", {8, 8}, out_type("f16"), "cfg"),
+                  UnsupportedError);
+  CHECK_THROWS_AS(plan_tensors(g, glm, {{"model.layers.1.eh_proj.weight", {8, 16}}}, out_type("f16"), "cfg"),
+                  UnsupportedError);
   // With num_nextn_predict_layers 1, layer 1 is the MTP block: blk.1.nextn.*; layer 2 is still refused.
   glm["num_nextn_predict_layers"] = 1;
-  CHECK(plan_tensors(g, glm, {{"model.layers.1.eh_proj.weight", {8, 16}}}, out_type("f16"), "cfg").at(0).name == "blk.1.nextn.eh_proj.weight");
+  CHECK(plan_tensors(g, glm, {{"model.layers.1.eh_proj.weight", {8, 16}}}, out_type("f16"), "cfg").at(0).name ==
+        "blk.1.nextn.eh_proj.weight");
   CHECK(plan_tensors(g, glm, {{"model.layers.1.shared_head.head.weight", {8, 8}}}, out_type("f16"), "cfg").at(0).name ==
         "blk.1.nextn.shared_head_head.weight");
-  CHECK_THROWS_AS(plan_tensors(g, glm, {{"model.layers.2.eh_proj.weight", {8, 16}}}, out_type("f16"), "cfg"), UnsupportedError);
+  CHECK_THROWS_AS(plan_tensors(g, glm, {{"model.layers.2.eh_proj.weight", {8, 16}}}, out_type("f16"), "cfg"),
+                  UnsupportedError);
 }
 
 TEST_CASE("gguf_model: GPT-OSS's fused experts split as GptOssModel splits them") {
   nlohmann::json config{{"architectures", {"GptOssForCausalLM"}}, {"num_attention_heads", 4}, {"num_local_experts", 2}};
   Arch a = arch_of(config, "cfg");
-  std::vector<Input> in{{"model.layers.0.mlp.experts.down_proj", {2, 4, 3}},     {"model.layers.0.mlp.experts.down_proj_bias", {2, 3}},
-                        {"model.layers.0.mlp.experts.gate_up_proj", {2, 3, 4}},  {"model.layers.0.mlp.experts.gate_up_proj_bias", {2, 4}},
-                        {"model.layers.0.mlp.router.bias", {2}},                 {"model.layers.0.mlp.router.weight", {2, 3}},
-                        {"model.layers.0.post_attention_layernorm.weight", {3}}, {"model.layers.0.self_attn.sinks", {4}}};
+  std::vector<Input> in{{"model.layers.0.mlp.experts.down_proj", {2, 4, 3}},
+                        {"model.layers.0.mlp.experts.down_proj_bias", {2, 3}},
+                        {"model.layers.0.mlp.experts.gate_up_proj", {2, 3, 4}},
+                        {"model.layers.0.mlp.experts.gate_up_proj_bias", {2, 4}},
+                        {"model.layers.0.mlp.router.bias", {2}},
+                        {"model.layers.0.mlp.router.weight", {2, 3}},
+                        {"model.layers.0.post_attention_layernorm.weight", {3}},
+                        {"model.layers.0.self_attn.sinks", {4}}};
   std::vector<TensorPlan> p = plan_tensors(a, config, in, out_type("f16"), "cfg");
   std::vector<std::string> names;
   for (const TensorPlan& t : p) names.push_back(t.name);
-  CHECK(names == std::vector<std::string>{"blk.0.ffn_down_exps.weight", "blk.0.ffn_down_exps.bias", "blk.0.ffn_gate_exps.weight",
-                                          "blk.0.ffn_up_exps.weight", "blk.0.ffn_gate_exps.bias", "blk.0.ffn_up_exps.bias",
-                                          "blk.0.ffn_gate_inp.bias", "blk.0.ffn_gate_inp.weight", "blk.0.post_attention_norm.weight",
-                                          "blk.0.attn_sinks.weight"});
+  CHECK(names == std::vector<std::string>{"blk.0.ffn_down_exps.weight", "blk.0.ffn_down_exps.bias",
+                                          "blk.0.ffn_gate_exps.weight", "blk.0.ffn_up_exps.weight",
+                                          "blk.0.ffn_gate_exps.bias", "blk.0.ffn_up_exps.bias",
+                                          "blk.0.ffn_gate_inp.bias", "blk.0.ffn_gate_inp.weight",
+                                          "blk.0.post_attention_norm.weight", "blk.0.attn_sinks.weight"});
   CHECK(p[0].shape == std::vector<int64_t>{2, 3, 4});
   CHECK(p[2].shape == std::vector<int64_t>{2, 2, 3});
   CHECK(p[4].shape == std::vector<int64_t>{2, 2});
@@ -158,9 +181,12 @@ TEST_CASE("gguf_model: GPT-OSS's fused experts split as GptOssModel splits them"
   CHECK(fused_part(p[4], x.data(), {2, 4}) == std::vector<float>{0, 2, 4, 6});
   CHECK(fused_part(p[5], x.data(), {2, 4}) == std::vector<float>{1, 3, 5, 7});
   // MXFP4 blocks and 3 experts where config.json says 2: refused.
-  CHECK_THROWS_AS(plan_tensors(a, config, {{"model.layers.0.mlp.experts.down_proj_blocks", {2, 3, 1, 16}}}, out_type("f16"), "cfg"),
-                  UnsupportedError);
-  CHECK_THROWS_AS(plan_tensors(a, config, {{"model.layers.0.mlp.experts.down_proj", {3, 4, 3}}}, out_type("f16"), "cfg"), UnsupportedError);
+  CHECK_THROWS_AS(
+      plan_tensors(a, config, {{"model.layers.0.mlp.experts.down_proj_blocks", {2, 3, 1, 16}}}, out_type("f16"), "cfg"),
+      UnsupportedError);
+  CHECK_THROWS_AS(
+      plan_tensors(a, config, {{"model.layers.0.mlp.experts.down_proj", {3, 4, 3}}}, out_type("f16"), "cfg"),
+      UnsupportedError);
 }
 
 TEST_CASE("gguf_model: transformers' in-memory experts written as the same model saved per expert") {
@@ -189,16 +215,22 @@ TEST_CASE("gguf_model: transformers' in-memory experts written as the same model
   CHECK(fused_part(p[1], x.data(), {2, 4, 3}) == std::vector<float>{0, 1, 2, 3, 4, 5, 12, 13, 14, 15, 16, 17});
   CHECK(fused_part(p[2], x.data(), {2, 4, 3}) == std::vector<float>{6, 7, 8, 9, 10, 11, 18, 19, 20, 21, 22, 23});
   // Transposed ([experts, hidden, 2 x ffn]) or alone: refused.
-  CHECK_THROWS_AS(plan_tensors(a, config, {{"model.layers.0.mlp.experts.down_proj", {2, 2, 3}}, {"model.layers.0.mlp.experts.gate_up_proj", {2, 3, 4}}},
+  CHECK_THROWS_AS(plan_tensors(a, config,
+                               {{"model.layers.0.mlp.experts.down_proj", {2, 2, 3}},
+                                {"model.layers.0.mlp.experts.gate_up_proj", {2, 3, 4}}},
                                out_type("f16"), "cfg"),
                   UnsupportedError);
-  CHECK_THROWS_AS(plan_tensors(a, config, {{"model.layers.0.mlp.experts.gate_up_proj", {2, 4, 3}}}, out_type("f16"), "cfg"), UnsupportedError);
+  CHECK_THROWS_AS(
+      plan_tensors(a, config, {{"model.layers.0.mlp.experts.gate_up_proj", {2, 4, 3}}}, out_type("f16"), "cfg"),
+      UnsupportedError);
 
   // Mixtral: sorted as its safetensors keys (block_sparse_moe. before input_layernorm), emitted
   // gate, down, up as LlamaModel emits w1, w2, w3.
-  nlohmann::json mixtral{{"architectures", {"MixtralForCausalLM"}}, {"num_attention_heads", 4}, {"num_local_experts", 2}};
+  nlohmann::json mixtral{
+      {"architectures", {"MixtralForCausalLM"}}, {"num_attention_heads", 4}, {"num_local_experts", 2}};
   Arch mx = arch_of(mixtral, "cfg");
-  CHECK(sort_key(mx, "model.layers.0.mlp.experts.gate_up_proj") == "model.layers.0.block_sparse_moe.experts.gate_up_proj");
+  CHECK(sort_key(mx, "model.layers.0.mlp.experts.gate_up_proj") ==
+        "model.layers.0.block_sparse_moe.experts.gate_up_proj");
   CHECK(sort_key(mx, "model.layers.0.mlp.gate.weight") == "model.layers.0.block_sparse_moe.gate.weight");
   CHECK(sort_key(mx, "model.layers.0.input_layernorm.weight") == "model.layers.0.input_layernorm.weight");
   CHECK(sort_key(a, "model.layers.0.mlp.gate.weight") == "model.layers.0.mlp.gate.weight");
@@ -216,24 +248,30 @@ TEST_CASE("gguf_model: the families' rows (Gemma's shifted norms, Phi-3's fused 
   nlohmann::json gemma{{"architectures", {"Gemma2ForCausalLM"}}, {"num_attention_heads", 4}};
   Arch g = arch_of(gemma, "cfg");
   CHECK(g.name == "gemma2");
-  CHECK(tensor_plan(g, gemma, "model.layers.1.pre_feedforward_layernorm.weight", {64}, f16, "cfg").name == "blk.1.ffn_norm.weight");
+  CHECK(tensor_plan(g, gemma, "model.layers.1.pre_feedforward_layernorm.weight", {64}, f16, "cfg").name ==
+        "blk.1.ffn_norm.weight");
   CHECK(tensor_plan(g, gemma, "model.layers.1.pre_feedforward_layernorm.weight", {64}, f16, "cfg").shift == 1.0f);
-  CHECK(tensor_plan(g, gemma, "model.layers.1.post_attention_layernorm.weight", {64}, f16, "cfg").name == "blk.1.post_attention_norm.weight");
+  CHECK(tensor_plan(g, gemma, "model.layers.1.post_attention_layernorm.weight", {64}, f16, "cfg").name ==
+        "blk.1.post_attention_norm.weight");
   CHECK(tensor_plan(g, gemma, "model.layers.1.self_attn.q_proj.weight", {128, 64}, f16, "cfg").shift == 0.0f);
   CHECK(tensor_plan(g, gemma, "model.layers.1.self_attn.q_proj.weight", {128, 64}, f16, "cfg").permute_heads == 0);
   // Gemma2Model.filter_tensors: the head is left out, tied or not.
-  std::vector<TensorPlan> p = plan_tensors(g, gemma, {{"lm_head.weight", {100, 64}}, {"model.norm.weight", {64}}}, f16, "cfg");
+  std::vector<TensorPlan> p =
+      plan_tensors(g, gemma, {{"lm_head.weight", {100, 64}}, {"model.norm.weight", {64}}}, f16, "cfg");
   REQUIRE(p.size() == 1);
   CHECK(p[0].name == "output_norm.weight");
 
   nlohmann::json phi{{"architectures", {"Phi3ForCausalLM"}}, {"num_attention_heads", 4}};
   Arch ph = arch_of(phi, "cfg");
-  CHECK(tensor_plan(ph, phi, "model.layers.0.self_attn.qkv_proj.weight", {128, 64}, f16, "cfg").name == "blk.0.attn_qkv.weight");
-  CHECK(tensor_plan(ph, phi, "model.layers.0.mlp.gate_up_proj.weight", {256, 64}, f16, "cfg").name == "blk.0.ffn_up.weight");
+  CHECK(tensor_plan(ph, phi, "model.layers.0.self_attn.qkv_proj.weight", {128, 64}, f16, "cfg").name ==
+        "blk.0.attn_qkv.weight");
+  CHECK(tensor_plan(ph, phi, "model.layers.0.mlp.gate_up_proj.weight", {256, 64}, f16, "cfg").name ==
+        "blk.0.ffn_up.weight");
 
   // Falcon: 4 heads in 2 groups of head_dim 2 (hidden 8): rows q0 q1 k0 v0 | q2 q3 k1 v1 become
   // q0 q1 q2 q3 k0 k1 v0 v1 (torch: view(2, 4, 2, 8)[:, :-2], [:, [-2]], [:, [-1]] concatenated).
-  nlohmann::json falcon{{"architectures", {"FalconForCausalLM"}}, {"num_attention_heads", 4}, {"num_kv_heads", 2}, {"hidden_size", 8}};
+  nlohmann::json falcon{
+      {"architectures", {"FalconForCausalLM"}}, {"num_attention_heads", 4}, {"num_kv_heads", 2}, {"hidden_size", 8}};
   Arch f = arch_of(falcon, "cfg");
   TensorPlan qkv = tensor_plan(f, falcon, "transformer.h.0.self_attention.query_key_value.weight", {16, 8}, f16, "cfg");
   CHECK(qkv.name == "blk.0.attn_qkv.weight");
@@ -249,18 +287,20 @@ TEST_CASE("gguf_model: the families' rows (Gemma's shifted norms, Phi-3's fused 
   // Falcon-7B's layout saved by transformers 5 (num_kv_heads = heads): the converter's view fails.
   nlohmann::json seven = falcon;
   seven["num_kv_heads"] = 4;
-  CHECK_THROWS_AS(tensor_plan(f, seven, "transformer.h.0.self_attention.query_key_value.weight", {12, 8}, f16, "cfg"), UnsupportedError);
+  CHECK_THROWS_AS(tensor_plan(f, seven, "transformer.h.0.self_attention.query_key_value.weight", {12, 8}, f16, "cfg"),
+                  UnsupportedError);
 
   // Command-R has no output tensor: an untied head is refused.
   nlohmann::json cohere{{"architectures", {"CohereForCausalLM"}}, {"num_attention_heads", 4}};
-  CHECK_THROWS_AS(tensor_plan(arch_of(cohere, "cfg"), cohere, "lm_head.weight", {100, 64}, f16, "cfg"), UnsupportedError);
+  CHECK_THROWS_AS(tensor_plan(arch_of(cohere, "cfg"), cohere, "lm_head.weight", {100, 64}, f16, "cfg"),
+                  UnsupportedError);
 }
 
 TEST_CASE("gguf_model: verify's table of a family (gemma2) from a file's keys") {
-  std::map<std::string, int64_t> keys{{"gemma2.block_count", 1},         {"gemma2.embedding_length", 64},
-                                      {"gemma2.feed_forward_length", 128}, {"gemma2.attention.head_count", 4},
-                                      {"gemma2.attention.head_count_kv", 2}, {"gemma2.attention.key_length", 32},
-                                      {"tokenizer.ggml.tokens", 1000}};
+  std::map<std::string, int64_t> keys{
+      {"gemma2.block_count", 1},          {"gemma2.embedding_length", 64},       {"gemma2.feed_forward_length", 128},
+      {"gemma2.attention.head_count", 4}, {"gemma2.attention.head_count_kv", 2}, {"gemma2.attention.key_length", 32},
+      {"tokenizer.ggml.tokens", 1000}};
   auto t = expected_tensors("gemma2", [&](const std::string& k) -> std::optional<int64_t> {
     auto it = keys.find(k);
     return it == keys.end() ? std::nullopt : std::optional<int64_t>(it->second);

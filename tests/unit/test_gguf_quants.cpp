@@ -65,7 +65,8 @@ TEST_CASE("gguf_quants: a wrong input is seen (the fixture is not trivially matc
   std::vector<float> x = input();
   x[0] = x[0] * 1.5f + 0.01f;
   for (TensorType t : {TensorType::Q4_0, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K})
-    CHECK(first_difference(t, x, fixture(std::string(type_name(t)) + ".bin")) == std::string(type_name(t)) + ": row 0, block 0");
+    CHECK(first_difference(t, x, fixture(std::string(type_name(t)) + ".bin")) ==
+          std::string(type_name(t)) + ": row 0, block 0");
 }
 
 TEST_CASE("gguf_quants: block sizes, sizes and llama-quantize's fallbacks for rows the blocks do not fit") {

@@ -24,7 +24,8 @@ std::vector<float> ramp(size_t n) {
 }
 
 // The windows of `units` units of `in` converted one after the other, concatenated.
-std::vector<float> windowed(const TensorPlan& p, const std::vector<float>& x, const std::vector<int64_t>& in, int64_t units) {
+std::vector<float> windowed(const TensorPlan& p, const std::vector<float>& x, const std::vector<int64_t>& in,
+                            int64_t units) {
   const int64_t dim0 = in[0], step = units * rows_unit(p, in);
   const size_t per_index = x.size() / static_cast<size_t>(dim0);
   std::vector<float> out;
@@ -122,8 +123,8 @@ TEST_CASE("gguf_rows: MXFP4 experts repacked an expert window at a time") {
 
 TEST_CASE("gguf_rows: whole rows encode as the tensor's encoding cut at them") {
   std::vector<float> x = ramp(6 * 256);
-  for (TensorType t : {TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K, TensorType::F16,
-                       TensorType::BF16}) {
+  for (TensorType t : {TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K,
+                       TensorType::F16, TensorType::BF16}) {
     std::vector<uint8_t> whole(tensor_bytes(t, x.size(), 256));
     encode(t, x.data(), x.size(), whole.data());
     std::vector<uint8_t> cut;

@@ -75,7 +75,9 @@ TEST_CASE("gguf_simd: F16 and BF16 of every kind of float are the scalar path's"
     CAPTURE(type_name(t));
     CHECK(first_difference(t, x) == -1);
     // Each length up to 40: the tails alone.
-    for (size_t n = 1; n <= 40; ++n) CHECK(first_difference(t, std::vector<float>(sp.begin(), sp.begin() + static_cast<long>(n % sp.size()) + 1)) == -1);
+    for (size_t n = 1; n <= 40; ++n)
+      CHECK(first_difference(t, std::vector<float>(sp.begin(), sp.begin() + static_cast<long>(n % sp.size()) + 1)) ==
+            -1);
   }
 }
 
@@ -115,7 +117,12 @@ TEST_CASE("gguf_simd: Q4_K, Q5_K and Q6_K with the AVX2 fits are the scalar path
       const int k = kind(rng);
       for (int i = 0; i < 32; ++i) {
         const float v = normal(rng) * s;
-        x.push_back(k == 0 ? -s : k == 1 ? 0.0f : k == 2 ? std::fabs(v) : k == 3 ? (i == 5 ? 100 * s : 0.0f) : k == 4 ? s : v);
+        x.push_back(k == 0   ? -s
+                    : k == 1 ? 0.0f
+                    : k == 2 ? std::fabs(v)
+                    : k == 3 ? (i == 5 ? 100 * s : 0.0f)
+                    : k == 4 ? s
+                             : v);
       }
     }
   }
@@ -149,8 +156,10 @@ TEST_CASE("gguf_simd: the parallel encoding is the serial one, part for part") {
 TEST_CASE("gguf_simd: DCPCTL_SCALAR=1 makes encode take the scalar path") {
   const char* v = std::getenv("DCPCTL_SCALAR");
   const bool forced = v && *v && std::string(v) != "0";
-  if (forced) CHECK(best_encode_isa() == EncodeIsa::Scalar);
-  else CHECK(best_encode_isa() == (encode_isa_available(EncodeIsa::Avx2) ? EncodeIsa::Avx2 : EncodeIsa::Scalar));
+  if (forced)
+    CHECK(best_encode_isa() == EncodeIsa::Scalar);
+  else
+    CHECK(best_encode_isa() == (encode_isa_available(EncodeIsa::Avx2) ? EncodeIsa::Avx2 : EncodeIsa::Scalar));
   CHECK(encode_isa_available(EncodeIsa::Scalar));
 }
 

@@ -14,8 +14,8 @@
 
 #include "gguf/normalizer.h"
 #include "gguf/pretokenizer.h"
-#include "util/error.h"
 #include "gguf/vocab.h"
+#include "util/error.h"
 
 using namespace dcpctl;
 using nlohmann::json;
@@ -148,8 +148,11 @@ TEST_CASE("gguf_vocab: normalizers change a text as utf8proc does") {
   const json seq = {{"type", "Sequence"}, {"normalizers", {{{"type", "NFC"}}, {{"type", "Lowercase"}}}}};
   CHECK(gguf::normalize(seq, decomposed, "x") == "caf\xc3\xa9 \xef\xac\x81 \xc3\xa5");
   CHECK(gguf::normalize({{"type", "Lowercase"}}, "\xc4\xb0", "x") == "i\xcc\x87");  // U+0130, Rust's to_lowercase
-  CHECK(gguf::normalize({{"type", "Prepend"}, {"prepend", "\xe2\x96\x81"}}, "a", "x") == "\xe2\x96\x81" "a");
-  CHECK(gguf::normalize({{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "_"}}, "a b c", "x") == "a_b_c");
+  CHECK(gguf::normalize({{"type", "Prepend"}, {"prepend", "\xe2\x96\x81"}}, "a", "x") ==
+        "\xe2\x96\x81"
+        "a");
+  CHECK(gguf::normalize({{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "_"}}, "a b c", "x") ==
+        "a_b_c");
   CHECK_THROWS_AS(gguf::normalize({{"type", "NFC"}}, "\xff", "x"), FormatError);
 }
 
@@ -163,8 +166,10 @@ TEST_CASE("gguf_vocab: pre-tokenizers split as tokenizers splits") {
   seq["pretokenizers"][0]["individual_digits"] = false;
   CHECK(gguf::pre_tokenize(seq, "a 123", "x") == V{"a", " ", "123"});
   // Oniguruma's $ is the end of a line: DeepSeek LLM's "\s+$" takes the spaces before a newline, not it.
-  const json split = {{"type", "Split"}, {"pattern", {{"Regex", "\\s+$"}}}, {"behavior", "Isolated"}, {"invert", false}};
-  json ds = {{"type", "Sequence"}, {"pretokenizers", {split, {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
+  const json split = {
+      {"type", "Split"}, {"pattern", {{"Regex", "\\s+$"}}}, {"behavior", "Isolated"}, {"invert", false}};
+  json ds = {{"type", "Sequence"},
+             {"pretokenizers", {split, {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
   CHECK(gguf::pre_tokenize(ds, "a  \nb", "x") == V{"a", "  ", "\nb"});
   json prefix = bl;
   prefix["add_prefix_space"] = true;

@@ -30,7 +30,8 @@ std::string expected(const TempFile& f, const std::vector<std::pair<uint64_t, ui
   return h.hex();
 }
 
-HashStream stream(const std::string& key, const ReadFile& rf, const std::vector<std::pair<uint64_t, uint64_t>>& runs, bool past_cache) {
+HashStream stream(const std::string& key, const ReadFile& rf, const std::vector<std::pair<uint64_t, uint64_t>>& runs,
+                  bool past_cache) {
   HashStream s{key, {}};
   for (auto [off, n] : runs) s.runs.push_back({DirectRun{&rf, off, n}, past_cache});
   return s;
@@ -64,7 +65,8 @@ TEST_CASE("hash_streams: every stream's digest is hashlib's over its runs, for a
                            HashPipeline{3, 2, 2, 64 * kDirectAlign}, HashPipeline{2, 4, 8, 16ull << 20}}) {
       CAPTURE(past_cache, p.hashers, p.readers, p.slots, p.slot_bytes);
       std::vector<HashStream> streams;
-      for (size_t i = 0; i < runs.size(); ++i) streams.push_back(stream("s" + std::to_string(i), ra, runs[i], past_cache));
+      for (size_t i = 0; i < runs.size(); ++i)
+        streams.push_back(stream("s" + std::to_string(i), ra, runs[i], past_cache));
       streams.push_back(stream("b", rb, in_b, past_cache));
       MemoryGate gate(p.slots * p.slot_bytes);
       std::vector<StreamDigest> got = hash_streams(streams, p, gate);
@@ -90,33 +92,34 @@ TEST_CASE("hash_streams: a stream that cannot be read gets its error and the oth
   const uint64_t rec = 1024 * 1024 + 10, rec_n = 300000;
   rf.ledger().watch(rf.path(), rec, rec_n, crc32_update(0, f.bytes.data() + rec, rec_n) ^ 1u, "bad.w", "data/0");
   std::vector<std::pair<uint64_t, uint64_t>> good = {{0, 1024 * 1024}}, corrupt = {{rec - 5, rec_n + 100}},
-                                              past_end = {{0, 4096}, {size - 10, 11}},
-                                              // fails at its first window; the four after it are never read
-                                              fails_first = {{size - 10, 11}, {0, 100000}}, small = {{3, 5000}};
+                                             past_end = {{0, 4096}, {size - 10, 11}},
+                                             // fails at its first window; the four after it are never read
+      fails_first = {{size - 10, 11}, {0, 100000}}, small = {{3, 5000}};
   for (bool past_cache : {true, false}) {
     CAPTURE(past_cache);
     std::vector<HashStream> streams = {stream("good", rf, good, past_cache), stream("bad.w", rf, corrupt, past_cache),
-                                       stream("short", rf, past_end, past_cache), stream("early", rf, fails_first, past_cache),
+                                       stream("short", rf, past_end, past_cache),
+                                       stream("early", rf, fails_first, past_cache),
                                        stream("small", rf, small, past_cache)};
     for (unsigned hashers : {1u, 2u}) {  // one lane: the failed streams' successors still start afresh
-    CAPTURE(hashers);
-    HashPipeline p{hashers, 2, 3, 8 * kDirectAlign};
-    MemoryGate gate(1ull << 30);
-    std::vector<StreamDigest> got = hash_streams(streams, p, gate);
-    CHECK(got[0].hex == expected(f, good));
-    CHECK_FALSE(got[0].error);
-    REQUIRE(got[1].error);
-    CHECK(got[1].hex.empty());
-    CHECK_THROWS_AS(std::rethrow_exception(got[1].error), CorruptError);
-    REQUIRE(got[2].error);
-    CHECK(got[2].hex.empty());
-    CHECK_THROWS_AS(std::rethrow_exception(got[2].error), FormatError);
-    REQUIRE(got[3].error);
-    CHECK_THROWS_AS(std::rethrow_exception(got[3].error), FormatError);
-    CHECK(got[4].hex == expected(f, small));
-    CHECK_FALSE(got[4].error);
-    // The record is checked once: watch it again for the next pass.
-    rf.ledger().watch(rf.path(), rec, rec_n, crc32_update(0, f.bytes.data() + rec, rec_n) ^ 1u, "bad.w", "data/0");
+      CAPTURE(hashers);
+      HashPipeline p{hashers, 2, 3, 8 * kDirectAlign};
+      MemoryGate gate(1ull << 30);
+      std::vector<StreamDigest> got = hash_streams(streams, p, gate);
+      CHECK(got[0].hex == expected(f, good));
+      CHECK_FALSE(got[0].error);
+      REQUIRE(got[1].error);
+      CHECK(got[1].hex.empty());
+      CHECK_THROWS_AS(std::rethrow_exception(got[1].error), CorruptError);
+      REQUIRE(got[2].error);
+      CHECK(got[2].hex.empty());
+      CHECK_THROWS_AS(std::rethrow_exception(got[2].error), FormatError);
+      REQUIRE(got[3].error);
+      CHECK_THROWS_AS(std::rethrow_exception(got[3].error), FormatError);
+      CHECK(got[4].hex == expected(f, small));
+      CHECK_FALSE(got[4].error);
+      // The record is checked once: watch it again for the next pass.
+      rf.ledger().watch(rf.path(), rec, rec_n, crc32_update(0, f.bytes.data() + rec, rec_n) ^ 1u, "bad.w", "data/0");
     }
   }
 }

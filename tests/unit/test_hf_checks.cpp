@@ -180,7 +180,8 @@ std::vector<HfTensor> llama_model(int layers) {
                              {"model.norm.weight", "bfloat16", {16}}};
   for (int i = 0; i < layers; ++i) {
     const std::string l = "model.layers." + std::to_string(i) + ".";
-    for (const char* p : {"q_proj", "k_proj", "v_proj", "o_proj"}) t.push_back({l + "self_attn." + p + ".weight", "bfloat16", {16, 16}});
+    for (const char* p : {"q_proj", "k_proj", "v_proj", "o_proj"})
+      t.push_back({l + "self_attn." + p + ".weight", "bfloat16", {16, 16}});
     t.push_back({l + "mlp.gate_proj.weight", "bfloat16", {32, 16}});
     t.push_back({l + "mlp.up_proj.weight", "bfloat16", {32, 16}});
     t.push_back({l + "mlp.down_proj.weight", "bfloat16", {16, 32}});
@@ -190,9 +191,10 @@ std::vector<HfTensor> llama_model(int layers) {
   return t;
 }
 
-const json kLlama = {{"model_type", "llama"},     {"architectures", {"LlamaForCausalLM"}}, {"hidden_size", 16},
-                     {"intermediate_size", 32},   {"vocab_size", 64},  {"num_hidden_layers", 2},
-                     {"num_attention_heads", 2},  {"tie_word_embeddings", false}};
+const json kLlama = {{"model_type", "llama"},    {"architectures", {"LlamaForCausalLM"}},
+                     {"hidden_size", 16},        {"intermediate_size", 32},
+                     {"vocab_size", 64},         {"num_hidden_layers", 2},
+                     {"num_attention_heads", 2}, {"tie_word_embeddings", false}};
 
 Findings schema_problems(const json& c, const std::vector<HfTensor>& t) {
   return check_hf_schema(c, "config.json", t).problems;
@@ -229,7 +231,7 @@ TEST_CASE("hf config: quantized weights against their scales and global scales",
   CHECK(run(mo, t) == std::vector<std::string>{"quant-global-scale-unfused"});
   for (auto& [k, x] : v) x = 1000;  // compressed-tensors' direction
   CHECK(run(mo, t) == std::vector<std::string>{"quant-global-scale-inverted", "quant-global-scale-inverted",
-                                                "quant-global-scale-inverted"});
+                                               "quant-global-scale-inverted"});
   CHECK(codes(check_hf_config(mo, "config.json", t, nullptr, false).problems).empty());  // no values read
   // compressed-tensors NVFP4: weight_global_scale is 2688 / amax
   json ct = {{"quantization_config", {{"quant_method", "compressed-tensors"}, {"format", "nvfp4-pack-quantized"}}}};
@@ -249,12 +251,9 @@ TEST_CASE("hf schema: a config.json that counts layers otherwise is read as its 
   // transformers 5.24's Dory saves each layer as an attention block and an mlp block: layer_types
   // with an "mlp" entry after each kind, the layer counts doubled (DoryConfig.to_dict); its
   // __post_init__ halves them back. The schema's saved_config says so.
-  json dory = {{"model_type", "dory"},
-               {"num_hidden_layers", 4},
-               {"n_input_layers", 2},
-               {"n_output_layers", 2},
-               {"n_recurrent_layers", 0},
-               {"layer_types", {"sliding_attention", "mlp", "full_attention", "mlp"}}};
+  json dory = {{"model_type", "dory"},    {"num_hidden_layers", 4},
+               {"n_input_layers", 2},     {"n_output_layers", 2},
+               {"n_recurrent_layers", 0}, {"layer_types", {"sliding_attention", "mlp", "full_attention", "mlp"}}};
   const json read = config_as_loaded(dory);
   CHECK(read["num_hidden_layers"] == 2);
   CHECK(read["n_input_layers"] == 1);
@@ -325,7 +324,8 @@ TEST_CASE("hf schema: what it does not hold is a note, dtypes and expert counts 
   CHECK(r.summary["checked"] == false);
   json other = kLlama;
   other["architectures"] = {"LlamaModel"};
-  CHECK(codes(check_hf_schema(other, "config.json", llama_model(2)).notes) == std::vector<std::string>{"schema-not-checked"});
+  CHECK(codes(check_hf_schema(other, "config.json", llama_model(2)).notes) ==
+        std::vector<std::string>{"schema-not-checked"});
   // A model_type the schema lacks (remote code, as Kimi-K2's kimi_k2 names DeepseekV3ForCausalLM) is
   // checked against the type whose own class its architectures names (LlamaForCausalLM: llama's,
   // not internlm3's, which the schema also builds with that class); keys the class does not save
@@ -429,9 +429,9 @@ TEST_CASE("hf schema: indices numbered in names are the schema's to know, fixed 
   // experts.expert_N: the schema's `named` prefixes say so; GPT-2's ln_1, BART's fc1 stay names.
   ModelSchema s;
   s.type = "made_up";
-  for (const char* p : {"model.visual.layers.norm_#.weight", "model.visual.layers.linear_#.weight",
-                        "model.layers.#.mlp.fc1.weight", "model.layers.#.ln_1.weight",
-                        "model.layers.#.ffn.experts.expert_#.fc1.weight", "model.norm_1.weight"}) {
+  for (const char* p :
+       {"model.visual.layers.norm_#.weight", "model.visual.layers.linear_#.weight", "model.layers.#.mlp.fc1.weight",
+        "model.layers.#.ln_1.weight", "model.layers.#.ffn.experts.expert_#.fc1.weight", "model.norm_1.weight"}) {
     SchemaKey k;
     k.pattern = p;
     s.keys.push_back(k);
@@ -444,7 +444,8 @@ TEST_CASE("hf schema: indices numbered in names are the schema's to know, fixed 
   CHECK(s.named_pattern("model.visual.layers.norm_22.weight") == "model.visual.layers.norm_#.weight");
   CHECK(s.pattern_of("model.visual.layers.norm_22.weight") == "model.visual.layers.norm_#.weight");
   CHECK(s.pattern_of("model.visual.layers.linear_0.weight") == "model.visual.layers.linear_#.weight");
-  CHECK(s.pattern_of("model.layers.3.ffn.experts.expert_127.fc1.weight") == "model.layers.#.ffn.experts.expert_#.fc1.weight");
+  CHECK(s.pattern_of("model.layers.3.ffn.experts.expert_127.fc1.weight") ==
+        "model.layers.#.ffn.experts.expert_#.fc1.weight");
   CHECK(s.pattern_of("model.language_model.layers.3.ffn.experts.expert_9.fc1.weight") ==
         "model.layers.#.ffn.experts.expert_#.fc1.weight");  // through the loader's prefix
   // fc1, ln_1 and a fixed norm_1 outside a named prefix are names: found as they are, never `#`.
@@ -496,14 +497,16 @@ TEST_CASE("hf schema: an index numbered in a name is held to the count its confi
   };
   CHECK(vision(schema_problems(ink, t)).empty());
   std::vector<HfTensor> lost = t;
-  lost.erase(std::remove_if(lost.begin(), lost.end(), [](const HfTensor& x) { return x.key == "model.visual.layers.norm_5.weight"; }),
+  lost.erase(std::remove_if(lost.begin(), lost.end(),
+                            [](const HfTensor& x) { return x.key == "model.visual.layers.norm_5.weight"; }),
              lost.end());
   Findings f = schema_problems(ink, lost);
-  REQUIRE(vision(f) == std::vector<std::pair<std::string, std::string>>{{"schema-key-missing", "model.visual.layers.norm_5.weight"}});
+  REQUIRE(vision(f) == std::vector<std::pair<std::string, std::string>>{
+                           {"schema-key-missing", "model.visual.layers.norm_5.weight"}});
   std::vector<HfTensor> past = t;
   past.push_back({"model.visual.layers.norm_11.weight", "float32", {4}});
-  CHECK(vision(schema_problems(ink, past)) ==
-        std::vector<std::pair<std::string, std::string>>{{"schema-key-unexpected", "model.visual.layers.norm_11.weight"}});
+  CHECK(vision(schema_problems(ink, past)) == std::vector<std::pair<std::string, std::string>>{
+                                                  {"schema-key-unexpected", "model.visual.layers.norm_11.weight"}});
   ink["vision_config"]["n_layers"] = 13;  // the config counts one more layer than the folder has
   CHECK(vision(schema_problems(ink, t)) ==
         std::vector<std::pair<std::string, std::string>>{{"schema-key-missing", "model.visual.layers.linear_12.weight"},
@@ -513,8 +516,9 @@ TEST_CASE("hf schema: an index numbered in a name is held to the count its confi
   std::vector<HfTensor> e = {{"model.encoder.layers.3.ffn.router.classifier.weight", "float32", {4, 4}}};
   for (int j = 0; j < 4; ++j)
     for (const char* w : {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"})
-      e.push_back({"model.encoder.layers.3.ffn.experts.expert_" + std::to_string(j) + "." + w, "float32",
-                   std::string(w).find("bias") != std::string::npos ? std::vector<int64_t>{4} : std::vector<int64_t>{4, 4}});
+      e.push_back(
+          {"model.encoder.layers.3.ffn.experts.expert_" + std::to_string(j) + "." + w, "float32",
+           std::string(w).find("bias") != std::string::npos ? std::vector<int64_t>{4} : std::vector<int64_t>{4, 4}});
   auto experts = [](const Findings& f) {
     std::vector<std::pair<std::string, std::string>> out;
     for (const auto& x : f)
@@ -524,10 +528,11 @@ TEST_CASE("hf schema: an index numbered in a name is held to the count its confi
   CHECK(experts(schema_problems(nllb, e)).empty());
   nllb["num_experts"] = 3;
   CHECK(experts(schema_problems(nllb, e)) ==
-        std::vector<std::pair<std::string, std::string>>{{"schema-key-unexpected", "model.encoder.layers.3.ffn.experts.expert_3.fc1.bias"},
-                                                         {"schema-key-unexpected", "model.encoder.layers.3.ffn.experts.expert_3.fc1.weight"},
-                                                         {"schema-key-unexpected", "model.encoder.layers.3.ffn.experts.expert_3.fc2.bias"},
-                                                         {"schema-key-unexpected", "model.encoder.layers.3.ffn.experts.expert_3.fc2.weight"}});
+        std::vector<std::pair<std::string, std::string>>{
+            {"schema-key-unexpected", "model.encoder.layers.3.ffn.experts.expert_3.fc1.bias"},
+            {"schema-key-unexpected", "model.encoder.layers.3.ffn.experts.expert_3.fc1.weight"},
+            {"schema-key-unexpected", "model.encoder.layers.3.ffn.experts.expert_3.fc2.bias"},
+            {"schema-key-unexpected", "model.encoder.layers.3.ffn.experts.expert_3.fc2.weight"}});
 }
 
 TEST_CASE("hf schema: an expert count or embedding rows that no config field explains are not compared", "[hf]") {
@@ -564,9 +569,16 @@ TEST_CASE("hf schema: an expert count or embedding rows that no config field exp
 TEST_CASE("hf schema: formulas hold for every configuration, products of fields, dense first layers", "[hf]") {
   // Qwen3-30B-A3B's shape: 4 heads x head_dim 32 = 128 wide attention on a 64 wide model. The
   // schema of one tiny build took o_proj's input for hidden_size (its default head_dim is derived).
-  json q = {{"model_type", "qwen3_moe"}, {"hidden_size", 64}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
-            {"head_dim", 32},    {"intermediate_size", 96}, {"moe_intermediate_size", 40}, {"num_experts", 4},
-            {"num_hidden_layers", 2}, {"vocab_size", 100}};
+  json q = {{"model_type", "qwen3_moe"},
+            {"hidden_size", 64},
+            {"num_attention_heads", 4},
+            {"num_key_value_heads", 2},
+            {"head_dim", 32},
+            {"intermediate_size", 96},
+            {"moe_intermediate_size", 40},
+            {"num_experts", 4},
+            {"num_hidden_layers", 2},
+            {"vocab_size", 100}};
   REQUIRE(schema_dim(q, "model.layers.1.self_attn.o_proj.weight", 1));
   CHECK(schema_dim(q, "model.layers.1.self_attn.o_proj.weight", 1)->first == 128);
   CHECK(schema_dim(q, "model.layers.1.self_attn.o_proj.weight", 0)->first == 64);

@@ -16,13 +16,13 @@
 #include <mutex>
 
 #include "item/chunk_source.h"
-#include "view/maps/keymap.h"
 #include "meta/pieces.h"
+#include "metadata_models.h"
 #include "plan/deal.h"
 #include "plan/plan.h"
-#include "view/maps/map_view.h"
-#include "metadata_models.h"
 #include "util/error.h"
+#include "view/maps/keymap.h"
+#include "view/maps/map_view.h"
 
 namespace dcpctl {
 namespace {
@@ -49,7 +49,8 @@ class ValueChunks final : public ChunkSource {
   bool ordered() const override { return ordered_; }
   std::vector<float> values(const TensorMeta& t) const {
     std::vector<float> v(t.numel());
-    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(1000 * (&t - md_.tensors.data() + 1) + static_cast<int64_t>(i));
+    for (size_t i = 0; i < v.size(); ++i)
+      v[i] = static_cast<float>(1000 * (&t - md_.tensors.data() + 1) + static_cast<int64_t>(i));
     return v;
   }
   int reads = 0;
@@ -79,7 +80,9 @@ std::vector<SelectedItem> all_items(const Metadata& md) {
   return out;
 }
 
-MapConfig config(const std::string& json) { return {nlohmann::json::parse(json), "config.json"}; }
+MapConfig config(const std::string& json) {
+  return {nlohmann::json::parse(json), "config.json"};
+}
 
 // Box `b` of mapped tensor `mt`, assembled from its pieces over every kind of source.
 std::vector<std::vector<float>> assembled(const Metadata& md, const MappedTensor& mt, const Box& b) {
@@ -97,7 +100,8 @@ std::vector<std::vector<float>> assembled(const Metadata& md, const MappedTensor
 std::vector<float> cut(const std::vector<float>& f, int64_t cols, const Box& b) {
   std::vector<float> out;
   for (int64_t r = b.offsets[0]; r < b.offsets[0] + b.sizes[0]; ++r)
-    for (int64_t c = b.offsets[1]; c < b.offsets[1] + b.sizes[1]; ++c) out.push_back(f[static_cast<size_t>(r * cols + c)]);
+    for (int64_t c = b.offsets[1]; c < b.offsets[1] + b.sizes[1]; ++c)
+      out.push_back(f[static_cast<size_t>(r * cols + c)]);
   return out;
 }
 
@@ -109,7 +113,8 @@ std::vector<float> permute_rows(const std::vector<float>& w, int64_t heads, int6
       for (int64_t j = 0; j < hd / 2; ++j) {
         int64_t halves = h * hd + a * (hd / 2) + j, inter = h * hd + 2 * j + a;
         int64_t o = to_halves ? halves : inter, i = to_halves ? inter : halves;
-        for (int64_t c = 0; c < cols; ++c) out[static_cast<size_t>(o * cols + c)] = w[static_cast<size_t>(i * cols + c)];
+        for (int64_t c = 0; c < cols; ++c)
+          out[static_cast<size_t>(o * cols + c)] = w[static_cast<size_t>(i * cols + c)];
       }
   return out;
 }
@@ -134,7 +139,8 @@ TEST_CASE("keymap: RoPE rows of a column-sharded tensor, whole and in boxes that
   // 2 heads of head_dim 4, 3 columns, saved in two column shards: no piece is a run.
   Checkpoint ck = checkpoint({tensor("layers.0.wq", {8, 3}, {{0, 0, 8, 2}, {0, 2, 8, 1}}, DType::Float32, 2),
                               tensor("optimizer.state", {4}, {{0, 4}})});
-  MappedModel mm = apply_key_map(map_of(kRopeMap), ck.md, all_items(ck.md), config(R"({"num_attention_heads": 2, "hidden_size": 8})"));
+  MappedModel mm = apply_key_map(map_of(kRopeMap), ck.md, all_items(ck.md),
+                                 config(R"({"num_attention_heads": 2, "hidden_size": 8})"));
   REQUIRE(mm.from == "titan");
   REQUIRE(mm.tensors.size() == 1);
   CHECK(mm.tensors[0].meta.fqn == "model.layers.0.q_proj");
@@ -174,7 +180,8 @@ TEST_CASE("keymap: a fused tensor split with RoPE on two parts, and joined back 
   // Join: the hf side's three tensors, column-sharded, make the fused tensor with the rows back in
   // the interleaved order.
   Checkpoint hf = checkpoint({tensor("model.layers.3.q", {8, 2}, {{0, 0, 8, 1}, {0, 1, 8, 1}}),
-                              tensor("model.layers.3.k", {4, 2}, {{0, 0, 4, 2}}), tensor("model.layers.3.v", {4, 2}, {{0, 0, 2, 2}, {2, 0, 2, 2}}),
+                              tensor("model.layers.3.k", {4, 2}, {{0, 0, 4, 2}}),
+                              tensor("model.layers.3.v", {4, 2}, {{0, 0, 2, 2}, {2, 0, 2, 2}}),
                               tensor("model.layers.3.inv_freq", {2}, {{0, 2}})});
   MappedModel back = apply_key_map(km, hf.md, all_items(hf.md), cfg);
   REQUIRE(back.from == "hf");
@@ -192,7 +199,8 @@ TEST_CASE("keymap: a fused tensor split with RoPE on two parts, and joined back 
 TEST_CASE("keymap: experts unstacked from a stack sharded along its rows, and stacked again in rank boxes") {
   Checkpoint ck = checkpoint({tensor("layers.1.experts.w1", {3, 4, 2}, {{0, 0, 0, 3, 3, 2}, {0, 3, 0, 3, 1, 2}})});
   MapConfig cfg = config(R"({"n_experts": 3})");
-  KeyMap km = map_of(R"({"schema": "dcpctl-map/1", "name": "e", "sides": ["titan", "hf"], "params": {"n_experts": {"config": "n_experts"}},
+  KeyMap km = map_of(
+      R"({"schema": "dcpctl-map/1", "name": "e", "sides": ["titan", "hf"], "params": {"n_experts": {"config": "n_experts"}},
     "rules": [{"titan": "layers.{L}.experts.w1", "hf": "model.layers.{L}.experts.{E}.gate", "experts": {"dim": 0, "count": "n_experts"}}]})");
   MappedModel mm = apply_key_map(km, ck.md, all_items(ck.md), cfg);
   REQUIRE(mm.tensors.size() == 3);
@@ -231,12 +239,14 @@ TEST_CASE("keymap: experts unstacked from a stack sharded along its rows, and st
   Checkpoint gap = checkpoint({tensor("model.layers.1.experts.0.gate", {4, 2}, {{0, 0, 4, 2}}),
                                tensor("model.layers.1.experts.2.gate", {4, 2}, {{0, 0, 4, 2}}),
                                tensor("model.layers.1.other", {4, 2}, {{0, 0, 4, 2}})});
-  CHECK_THROWS_WITH(apply_key_map(km, gap.md, all_items(gap.md), cfg), Catch::Contains("no rule covers (1):\n    model.layers.1.other"));
+  CHECK_THROWS_WITH(apply_key_map(km, gap.md, all_items(gap.md), cfg),
+                    Catch::Contains("no rule covers (1):\n    model.layers.1.other"));
   std::vector<SelectedItem> experts = all_items(gap.md);
   experts.pop_back();
   CHECK_THROWS_AS(apply_key_map(km, gap.md, experts, cfg), UnsupportedError);
-  CHECK_THROWS_WITH(apply_key_map(km, gap.md, experts, cfg), Catch::Contains("could not be made") &&
-                                                                 Catch::Contains("    model.layers.1.experts.0.gate\n    model.layers.1.experts.2.gate"));
+  CHECK_THROWS_WITH(apply_key_map(km, gap.md, experts, cfg),
+                    Catch::Contains("could not be made") &&
+                        Catch::Contains("    model.layers.1.experts.0.gate\n    model.layers.1.experts.2.gate"));
 }
 
 TEST_CASE("keymap: refusals name what is wrong") {
@@ -251,17 +261,23 @@ TEST_CASE("keymap: refusals name what is wrong") {
                     Catch::Contains("rows are not 3 heads of 4"));
   // A map none of whose patterns match.
   Checkpoint other = checkpoint({tensor("encoder.w", {2}, {{0, 2}})});
-  CHECK_THROWS_WITH(apply_key_map(km, other.md, all_items(other.md), config("{}")), Catch::Contains("matches none of the selected keys"));
+  CHECK_THROWS_WITH(apply_key_map(km, other.md, all_items(other.md), config("{}")),
+                    Catch::Contains("matches none of the selected keys"));
   // Bad map files: the rule and field are named.
-  CHECK_THROWS_WITH(map_of(R"({"schema": "dcpctl-map/1", "name": "x", "sides": ["a", "b"], "rules": [{"a": "k", "b": "j", "perm": 1}]})"),
-                    Catch::Contains("rule 0 has an unknown field \"perm\""));
+  CHECK_THROWS_WITH(
+      map_of(
+          R"({"schema": "dcpctl-map/1", "name": "x", "sides": ["a", "b"], "rules": [{"a": "k", "b": "j", "perm": 1}]})"),
+      Catch::Contains("rule 0 has an unknown field \"perm\""));
   CHECK_THROWS_WITH(map_of(R"({"schema": "dcpctl-map/3", "name": "x", "sides": ["a", "b"], "rules": [{"a": "k"}]})"),
                     Catch::Contains("dcpctl-map/1"));
-  CHECK_THROWS_WITH(map_of(R"({"schema": "dcpctl-map/1", "name": "x", "sides": ["a", "b"], "rules": [{"a": "k.{L", "b": "j"}]})"),
-                    Catch::Contains("unclosed"));
-  CHECK_THROWS_WITH(load_key_map("no-such-map"), Catch::Contains("no built-in map") && Catch::Contains("torchtitan-llama3"));
+  CHECK_THROWS_WITH(
+      map_of(R"({"schema": "dcpctl-map/1", "name": "x", "sides": ["a", "b"], "rules": [{"a": "k.{L", "b": "j"}]})"),
+      Catch::Contains("unclosed"));
+  CHECK_THROWS_WITH(load_key_map("no-such-map"),
+                    Catch::Contains("no built-in map") && Catch::Contains("torchtitan-llama3"));
   // A parameter defined in terms of itself.
-  KeyMap loop = map_of(R"({"schema": "dcpctl-map/1", "name": "x", "sides": ["a", "b"], "params": {"n": {"default": "n + 1"}},
+  KeyMap loop =
+      map_of(R"({"schema": "dcpctl-map/1", "name": "x", "sides": ["a", "b"], "params": {"n": {"default": "n + 1"}},
     "rules": [{"a": "w", "b": "v", "rope": {"heads": "n", "head_dim": "2"}}]})");
   Checkpoint w = checkpoint({tensor("w", {4, 1}, {{0, 0, 4, 1}})});
   CHECK_THROWS_WITH(apply_key_map(loop, w.md, all_items(w.md), config("{}")), Catch::Contains("in terms of itself"));
@@ -278,15 +294,19 @@ TEST_CASE("keymap: every built-in map parses, and names two sides") {
   }
 }
 
-TEST_CASE("keymap: a whole tensor under a new name is planned as the saved tensor, and streams, a permuted one is assembled") {
+TEST_CASE(
+    "keymap: a whole tensor under a new name is planned as the saved tensor, and streams, a permuted one is "
+    "assembled") {
   // Row shards over two ranks: each chunk is a run of the tensor's bytes.
   Checkpoint ck = checkpoint({tensor("layers.0.wq", {8, 3}, {{0, 0, 4, 3}, {4, 0, 4, 3}}, DType::Float32, 2),
-                              tensor("tok", {6, 4}, {{0, 0, 3, 4}, {3, 0, 3, 4}}, DType::Float32, 2)}, 2);
+                              tensor("tok", {6, 4}, {{0, 0, 3, 4}, {3, 0, 3, 4}}, DType::Float32, 2)},
+                             2);
   const char* map = R"({"schema": "dcpctl-map/1", "name": "t", "sides": ["titan", "hf"],
     "params": {"n_heads": {"config": "num_attention_heads"}, "head_dim": {"config": "head_dim"}},
     "rules": [{"titan": "layers.{L}.wq", "hf": "model.layers.{L}.q_proj", "rope": {"heads": "n_heads", "head_dim": "head_dim"}},
               {"titan": "tok", "hf": "model.embed_tokens.weight"}]})";
-  MappedModel mm = apply_key_map(map_of(map), ck.md, all_items(ck.md), config(R"({"num_attention_heads": 2, "head_dim": 4})"));
+  MappedModel mm =
+      apply_key_map(map_of(map), ck.md, all_items(ck.md), config(R"({"num_attention_heads": 2, "head_dim": 4})"));
   REQUIRE(mm.tensors.size() == 2);
   CHECK_FALSE(renames_whole(ck.md, mm.tensors[0]));
   CHECK(renames_whole(ck.md, mm.tensors[1]));
@@ -329,13 +349,13 @@ TEST_CASE("keymap: a whole tensor under a new name is planned as the saved tenso
     Deal d = deal_work(table, b, rq);
     for (const Task& t : d.tasks) {
       if (b.records[t.record].tensor == 0) CHECK(t.whole);
-      if (b.records[t.record].tensor == 1) CHECK(t.whole == (kind == &formats::torch_file && !b.records[t.record].streams));
+      if (b.records[t.record].tensor == 1)
+        CHECK(t.whole == (kind == &formats::torch_file && !b.records[t.record].streams));
     }
   }
 }
 
 }  // namespace dcpctl
-
 
 namespace dcpctl {
 
@@ -345,8 +365,10 @@ namespace dcpctl {
 // stacked back.
 TEST_CASE("keymap: a stacked grouped concatenation (Megatron's linear_qkv), split per layer and joined back") {
   // 2 layers; 2 query groups of (2 q heads, 1 k head, 1 v head) x head_dim 2 = 8 rows each: 16 rows; 3 columns.
-  Checkpoint ck = checkpoint({tensor("decoder.layers.qkv", {2, 16, 3}, {{0, 0, 0, 2, 8, 2}, {0, 8, 0, 2, 8, 2}, {0, 0, 2, 2, 16, 1}})});
-  MapConfig cfg = config(R"({"num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 2})");
+  Checkpoint ck = checkpoint(
+      {tensor("decoder.layers.qkv", {2, 16, 3}, {{0, 0, 0, 2, 8, 2}, {0, 8, 0, 2, 8, 2}, {0, 0, 2, 2, 16, 1}})});
+  MapConfig cfg =
+      config(R"({"num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 2})");
   const char* text = R"({"schema": "dcpctl-map/1", "name": "g", "sides": ["megatron", "hf"],
     "params": {"n_layers": {"config": "num_hidden_layers"}, "n_heads": {"config": "num_attention_heads"},
                "n_kv": {"config": "num_key_value_heads"}, "hd": {"config": "head_dim"}},
@@ -388,7 +410,8 @@ TEST_CASE("keymap: a stacked grouped concatenation (Megatron's linear_qkv), spli
     for (int part = 0; part < 3; ++part) {
       int64_t rows = part == 0 ? 8 : 4;
       parts.push_back(tensor("layers." + std::to_string(l) + "." + names[part], {rows, 3},
-                             part == 1 ? std::vector<std::vector<int64_t>>{{0, 0, rows, 1}, {0, 1, rows, 2}} : std::vector<std::vector<int64_t>>{{0, 0, rows, 3}}));
+                             part == 1 ? std::vector<std::vector<int64_t>>{{0, 0, rows, 1}, {0, 1, rows, 2}}
+                                       : std::vector<std::vector<int64_t>>{{0, 0, rows, 3}}));
     }
   Checkpoint hf = checkpoint(parts);
   MappedModel back = apply_key_map(km, hf.md, all_items(hf.md), cfg);
@@ -403,13 +426,15 @@ TEST_CASE("keymap: a stacked grouped concatenation (Megatron's linear_qkv), spli
     for (int part = 0; part < 3; ++part) {
       std::vector<float> t = hv.values(hf.md.tensors[static_cast<size_t>(l * 3 + part)]);
       for (int64_t i = 0; i < (part == 0 ? 8 : 4); ++i)
-        for (int64_t c = 0; c < 3; ++c) stacked[static_cast<size_t>((l * 16 + row_of(part, i)) * 3 + c)] = t[static_cast<size_t>(i * 3 + c)];
+        for (int64_t c = 0; c < 3; ++c)
+          stacked[static_cast<size_t>((l * 16 + row_of(part, i)) * 3 + c)] = t[static_cast<size_t>(i * 3 + c)];
     }
   Box whole = whole_box(back.tensors[0].meta);
   for (const auto& got : assembled(hf.md, back.tensors[0], whole)) CHECK(got == stacked);
 
   // A part that the groups do not divide is refused, naming it.
-  MapConfig odd = config(R"({"num_hidden_layers": 2, "num_attention_heads": 3, "num_key_value_heads": 2, "head_dim": 1})");
+  MapConfig odd =
+      config(R"({"num_hidden_layers": 2, "num_attention_heads": 3, "num_key_value_heads": 2, "head_dim": 1})");
   CHECK_THROWS_WITH(apply_key_map(km, ck.md, all_items(ck.md), odd), Catch::Contains("not a multiple of the 2 groups"));
 }
 
@@ -421,14 +446,16 @@ TEST_CASE("keymap: {NAME + EXPR} placeholders: DeepSeek's MTP block after the ma
               {"titan": "layers.{L}.norm", "hf": "model.layers.{L}.norm"}]})";
   KeyMap km = map_of(text);
   MapConfig cfg = config(R"({"num_hidden_layers": 61})");
-  Checkpoint titan = checkpoint({tensor("layers.0.norm", {2}, {{0, 2}}), tensor("layers.60.norm", {2}, {{0, 2}}), tensor("mtp_layers.0.norm", {2}, {{0, 2}})});
+  Checkpoint titan = checkpoint({tensor("layers.0.norm", {2}, {{0, 2}}), tensor("layers.60.norm", {2}, {{0, 2}}),
+                                 tensor("mtp_layers.0.norm", {2}, {{0, 2}})});
   MappedModel mm = apply_key_map(km, titan.md, all_items(titan.md), cfg);
   std::vector<std::string> names;
   for (const auto& mt : mm.tensors) names.push_back(mt.meta.fqn);
   CHECK(names == std::vector<std::string>{"model.layers.0.norm", "model.layers.60.norm", "model.layers.61.norm"});
 
-  Checkpoint hf = checkpoint({tensor("model.layers.0.norm", {2}, {{0, 2}}), tensor("model.layers.60.norm", {2}, {{0, 2}}),
-                              tensor("model.layers.61.norm", {2}, {{0, 2}}), tensor("model.layers.61.embed_tokens", {2}, {{0, 2}})});
+  Checkpoint hf = checkpoint(
+      {tensor("model.layers.0.norm", {2}, {{0, 2}}), tensor("model.layers.60.norm", {2}, {{0, 2}}),
+       tensor("model.layers.61.norm", {2}, {{0, 2}}), tensor("model.layers.61.embed_tokens", {2}, {{0, 2}})});
   MappedModel back = apply_key_map(km, hf.md, all_items(hf.md), cfg);
   names.clear();
   for (const auto& mt : back.tensors) names.push_back(mt.meta.fqn);
@@ -436,10 +463,13 @@ TEST_CASE("keymap: {NAME + EXPR} placeholders: DeepSeek's MTP block after the ma
   CHECK(back.dropped == std::vector<std::string>{"model.layers.61.embed_tokens"});
 
   // Without the parameter the layers cannot be told apart: exit 2 naming it.
-  CHECK_THROWS_WITH(apply_key_map(km, hf.md, all_items(hf.md), MapConfig{nullptr, "looked for x/config.json"}), Catch::Contains("n_layers"));
+  CHECK_THROWS_WITH(apply_key_map(km, hf.md, all_items(hf.md), MapConfig{nullptr, "looked for x/config.json"}),
+                    Catch::Contains("n_layers"));
   // Malformed offsets are map errors.
-  CHECK_THROWS_WITH(map_of(R"({"schema": "dcpctl-map/1", "name": "x", "sides": ["a", "b"], "rules": [{"a": "x.{M +}", "b": "y.{M}"}]})"),
-                    Catch::Contains("expression after +"));
+  CHECK_THROWS_WITH(
+      map_of(
+          R"({"schema": "dcpctl-map/1", "name": "x", "sides": ["a", "b"], "rules": [{"a": "x.{M +}", "b": "y.{M}"}]})"),
+      Catch::Contains("expression after +"));
 }
 
 }  // namespace dcpctl
@@ -452,7 +482,8 @@ std::vector<float> swap_last(const std::vector<float>& w, int64_t n, int64_t a, 
   std::vector<float> out(w.size());
   for (int64_t e = 0; e < n; ++e)
     for (int64_t i = 0; i < a; ++i)
-      for (int64_t j = 0; j < b; ++j) out[static_cast<size_t>((e * b + j) * a + i)] = w[static_cast<size_t>((e * a + i) * b + j)];
+      for (int64_t j = 0; j < b; ++j)
+        out[static_cast<size_t>((e * b + j) * a + i)] = w[static_cast<size_t>((e * a + i) * b + j)];
   return out;
 }
 
@@ -461,7 +492,8 @@ std::vector<float> cut3(const std::vector<float>& f, const std::vector<int64_t>&
   std::vector<float> out;
   for (int64_t e = bx.offsets[0]; e < bx.offsets[0] + bx.sizes[0]; ++e)
     for (int64_t i = bx.offsets[1]; i < bx.offsets[1] + bx.sizes[1]; ++i)
-      for (int64_t j = bx.offsets[2]; j < bx.offsets[2] + bx.sizes[2]; ++j) out.push_back(f[static_cast<size_t>((e * shape[1] + i) * shape[2] + j)]);
+      for (int64_t j = bx.offsets[2]; j < bx.offsets[2] + bx.sizes[2]; ++j)
+        out.push_back(f[static_cast<size_t>((e * shape[1] + i) * shape[2] + j)]);
   return out;
 }
 
@@ -476,12 +508,14 @@ const char* kTransposeMap = R"({"schema": "dcpctl-map/1", "name": "tr", "sides":
 
 }  // namespace
 
-TEST_CASE("keymap: transposed grouped experts, one to one and fused along the last dim, both ways, in boxes that cut them") {
+TEST_CASE(
+    "keymap: transposed grouped experts, one to one and fused along the last dim, both ways, in boxes that cut them") {
   // mlp2 [3, 4, 5] sharded by experts and by columns; w1, w3 [2, 3, 4] by rows of the middle dim and by experts.
-  Checkpoint ck = checkpoint({tensor("layers.0.mlp2", {3, 4, 5}, {{0, 0, 0, 2, 4, 3}, {0, 0, 3, 2, 4, 2}, {2, 0, 0, 1, 4, 5}}),
-                              tensor("layers.0.w1", {2, 3, 4}, {{0, 0, 0, 2, 1, 4}, {0, 1, 0, 2, 2, 4}}),
-                              tensor("layers.0.w3", {2, 3, 4}, {{0, 0, 0, 1, 3, 4}, {1, 0, 0, 1, 3, 4}}),
-                              tensor("layers.0.norm", {5}, {{0, 5}})});
+  Checkpoint ck =
+      checkpoint({tensor("layers.0.mlp2", {3, 4, 5}, {{0, 0, 0, 2, 4, 3}, {0, 0, 3, 2, 4, 2}, {2, 0, 0, 1, 4, 5}}),
+                  tensor("layers.0.w1", {2, 3, 4}, {{0, 0, 0, 2, 1, 4}, {0, 1, 0, 2, 2, 4}}),
+                  tensor("layers.0.w3", {2, 3, 4}, {{0, 0, 0, 1, 3, 4}, {1, 0, 0, 1, 3, 4}}),
+                  tensor("layers.0.norm", {5}, {{0, 5}})});
   MapConfig cfg = config(R"({"moe_intermediate_size": 3})");
   KeyMap km = map_of(kTransposeMap);
   CHECK(rule_kinds(km) == std::vector<std::string>{"concat", "rename", "transpose"});
@@ -489,7 +523,8 @@ TEST_CASE("keymap: transposed grouped experts, one to one and fused along the la
   REQUIRE(mm.tensors.size() == 3);
   ValueChunks v(ck.md, false, false);
   std::vector<float> down = swap_last(v.values(ck.md.tensors[0]), 3, 4, 5);
-  std::vector<float> w1 = swap_last(v.values(ck.md.tensors[1]), 2, 3, 4), w3 = swap_last(v.values(ck.md.tensors[2]), 2, 3, 4);
+  std::vector<float> w1 = swap_last(v.values(ck.md.tensors[1]), 2, 3, 4),
+                     w3 = swap_last(v.values(ck.md.tensors[2]), 2, 3, 4);
   std::vector<float> gate_up;  // [2, 4, 6]: per expert and row, w1ᵀ's 3 columns then w3ᵀ's
   for (int64_t e = 0; e < 2; ++e)
     for (int64_t r = 0; r < 4; ++r)
@@ -512,8 +547,9 @@ TEST_CASE("keymap: transposed grouped experts, one to one and fused along the la
   CHECK(mm.tensors[2].transforms == std::vector<std::string>{"rename"});
 
   // Back: hf's gate_up_proj [2, 4, 6] (sharded along its last dim across the w1/w3 seam) splits into w1, w3 [2, 3, 4].
-  Checkpoint hf = checkpoint({tensor("model.layers.0.gate_up_proj", {2, 4, 6}, {{0, 0, 0, 2, 4, 2}, {0, 0, 2, 2, 4, 4}}),
-                              tensor("model.layers.0.down_proj", {3, 5, 4}, {{0, 0, 0, 3, 5, 4}})});
+  Checkpoint hf =
+      checkpoint({tensor("model.layers.0.gate_up_proj", {2, 4, 6}, {{0, 0, 0, 2, 4, 2}, {0, 0, 2, 2, 4, 4}}),
+                  tensor("model.layers.0.down_proj", {3, 5, 4}, {{0, 0, 0, 3, 5, 4}})});
   MappedModel back = apply_key_map(km, hf.md, all_items(hf.md), cfg);
   REQUIRE(back.from == "hf");
   REQUIRE(back.tensors.size() == 3);
@@ -538,25 +574,32 @@ TEST_CASE("keymap: transposed grouped experts, one to one and fused along the la
   // A 1-d tensor has nothing to transpose; transpose beside rope or a stack is no rule kind.
   Checkpoint flat = checkpoint({tensor("layers.0.mlp2", {6}, {{0, 6}})});
   CHECK_THROWS_WITH(apply_key_map(km, flat.md, all_items(flat.md), cfg), Catch::Contains("no last two to transpose"));
-  CHECK_THROWS_WITH(map_of(R"({"schema": "dcpctl-map/1", "name": "x", "sides": ["a", "b"], "params": {"h": {"default": "2"}},
+  CHECK_THROWS_WITH(
+      map_of(R"({"schema": "dcpctl-map/1", "name": "x", "sides": ["a", "b"], "params": {"h": {"default": "2"}},
     "rules": [{"a": "w", "b": "v", "transpose": true, "rope": {"heads": "h", "head_dim": "h"}}]})"),
-                    Catch::Contains("\"transpose\" with \"rope\""));
-  CHECK_THROWS_WITH(map_of(R"({"schema": "dcpctl-map/1", "name": "x", "sides": ["a", "b"], "params": {"n": {"default": "2"}},
+      Catch::Contains("\"transpose\" with \"rope\""));
+  CHECK_THROWS_WITH(
+      map_of(R"({"schema": "dcpctl-map/1", "name": "x", "sides": ["a", "b"], "params": {"n": {"default": "2"}},
     "rules": [{"a": [{"key": "w1.{E}", "size": "n"}, {"key": "w3.{E}", "size": "n"}], "b": "v", "dim": 1, "transpose": true,
                "experts": {"dim": 0, "count": "n"}}]})"),
-                    Catch::Contains("\"transpose\" of a stacked list"));
-  CHECK_THROWS_WITH(map_of(R"({"schema": "dcpctl-map/1", "name": "x", "sides": ["a", "b"], "rules": [{"a": "w", "b": "v", "transpose": 1}]})"),
-                    Catch::Contains("true or false"));
+      Catch::Contains("\"transpose\" of a stacked list"));
+  CHECK_THROWS_WITH(
+      map_of(
+          R"({"schema": "dcpctl-map/1", "name": "x", "sides": ["a", "b"], "rules": [{"a": "w", "b": "v", "transpose": 1}]})"),
+      Catch::Contains("true or false"));
 }
 
-TEST_CASE("keymap: a stacked transpose with gate/up interleaved (megatron's GPT-OSS experts), both ways, in boxes that cut them") {
+TEST_CASE(
+    "keymap: a stacked transpose with gate/up interleaved (megatron's GPT-OSS experts), both ways, in boxes that cut "
+    "them") {
   // w [L 2, E 2, 2F 4, D 3] ([gate; up] along dim 2, one layer's entry [E, 2F, D]) <-> v.<l> [E 2, D 3, 2F 4]
   // alternating: v[l][e][d][2r + h] = w[l][e][h F + r][d], F = 2.
   const char* map = R"({"schema": "dcpctl-map/1", "name": "x", "sides": ["a", "b"], "params": {"n": {"default": "2"}},
     "rules": [{"a": "w", "b": "v.{L}", "transpose": true, "interleave": 1, "stack": {"dim": 0, "count": "n"}}]})";
   KeyMap km = map_of(map);
   CHECK(rule_kinds(km) == std::vector<std::string>{"interleave", "stack", "transpose"});
-  Checkpoint ck = checkpoint({tensor("w", {2, 2, 4, 3}, {{0, 0, 0, 0, 1, 2, 4, 3}, {1, 0, 0, 0, 1, 2, 2, 3}, {1, 0, 2, 0, 1, 2, 2, 3}})});
+  Checkpoint ck = checkpoint(
+      {tensor("w", {2, 2, 4, 3}, {{0, 0, 0, 0, 1, 2, 4, 3}, {1, 0, 0, 0, 1, 2, 2, 3}, {1, 0, 2, 0, 1, 2, 2, 3}})});
   MappedModel mm = apply_key_map(km, ck.md, all_items(ck.md), config("{}"));
   REQUIRE(mm.tensors.size() == 2);
   std::vector<float> w = ValueChunks(ck.md, false, false).values(ck.md.tensors[0]);
@@ -587,20 +630,24 @@ TEST_CASE("keymap: a stacked transpose with gate/up interleaved (megatron's GPT-
   for (int64_t l = 0; l < 2; ++l)
     for (int64_t e = 0; e < 2; ++e)
       for (int64_t j = 0; j < 4; ++j)
-        for (int64_t d = 0; d < 3; ++d) want.push_back((l ? v1 : v0)[static_cast<size_t>((e * 3 + d) * 4 + (j % 2) * 2 + j / 2)]);
+        for (int64_t d = 0; d < 3; ++d)
+          want.push_back((l ? v1 : v0)[static_cast<size_t>((e * 3 + d) * 4 + (j % 2) * 2 + j / 2)]);
   auto cut4 = [&](const Box& b) {
     std::vector<float> out;
     for (int64_t a = b.offsets[0]; a < b.offsets[0] + b.sizes[0]; ++a)
       for (int64_t e = b.offsets[1]; e < b.offsets[1] + b.sizes[1]; ++e)
         for (int64_t j = b.offsets[2]; j < b.offsets[2] + b.sizes[2]; ++j)
-          for (int64_t d = b.offsets[3]; d < b.offsets[3] + b.sizes[3]; ++d) out.push_back(want[static_cast<size_t>(((a * 2 + e) * 4 + j) * 3 + d)]);
+          for (int64_t d = b.offsets[3]; d < b.offsets[3] + b.sizes[3]; ++d)
+            out.push_back(want[static_cast<size_t>(((a * 2 + e) * 4 + j) * 3 + d)]);
     return out;
   };
-  for (const Box& b : {box({0, 0, 0, 0}, {2, 2, 4, 3}), box({0, 1, 1, 0}, {2, 1, 2, 3}), box({1, 0, 3, 1}, {1, 2, 1, 2})})
+  for (const Box& b :
+       {box({0, 0, 0, 0}, {2, 2, 4, 3}), box({0, 1, 1, 0}, {2, 1, 2, 3}), box({1, 0, 3, 1}, {1, 2, 1, 2})})
     for (const auto& got : assembled(hf.md, bt, b)) CHECK(got == cut4(b));
   // Interleave takes two halves, one key on each side, and no rope.
   Checkpoint odd = checkpoint({tensor("w", {2, 2, 3, 3}, {{0, 0, 0, 0, 2, 2, 3, 3}})});
-  CHECK_THROWS_WITH(apply_key_map(km, odd.md, all_items(odd.md), config("{}")), Catch::Contains("not two halves to interleave"));
+  CHECK_THROWS_WITH(apply_key_map(km, odd.md, all_items(odd.md), config("{}")),
+                    Catch::Contains("not two halves to interleave"));
   CHECK_THROWS_WITH(map_of(R"({"schema": "dcpctl-map/1", "name": "x", "sides": ["a", "b"],
     "rules": [{"a": [{"key": "g", "size": "2"}, {"key": "u", "size": "2"}], "b": "v", "dim": 0, "interleave": 0}]})"),
                     Catch::Contains("\"interleave\" belongs to a rule with one key on each side"));
@@ -619,8 +666,9 @@ TEST_CASE("keymap: a parameter from a dotted config key reads a nested object (t
   CHECK(mm.tensors.size() == 3);
   CHECK(mm.config == "config.json");
   // The top-level key wins where both are there; a nested value that is not an integer is no value.
-  CHECK_THROWS_WITH(apply_key_map(km, ck.md, all_items(ck.md), config(R"({"num_experts": 2, "text_config": {"num_experts": 3}})")),
-                    Catch::Contains("is not the 2 entries of its stack (n, {E})"));
+  CHECK_THROWS_WITH(
+      apply_key_map(km, ck.md, all_items(ck.md), config(R"({"num_experts": 2, "text_config": {"num_experts": 3}})")),
+      Catch::Contains("is not the 2 entries of its stack (n, {E})"));
   CHECK_THROWS_WITH(apply_key_map(km, ck.md, all_items(ck.md), config(R"({"text_config": {"num_experts": "3"}})")),
                     Catch::Contains("text_config.num_experts"));
 }
@@ -647,14 +695,17 @@ TEST_CASE("keymap: a tied model's missing lm_head.weight is copied from the embe
   // Not tied, or a head of its own, or the other direction: no copy.
   CHECK(apply_key_map(km, hf.md, all_items(hf.md), config(R"({"tie_word_embeddings": false})")).tensors.size() == 1);
   CHECK(apply_key_map(km, hf.md, all_items(hf.md), config("{}")).tensors.size() == 1);
-  Checkpoint own = checkpoint({tensor("model.embed_tokens.weight", {6, 2}, {{0, 0, 6, 2}}), tensor("lm_head.weight", {6, 2}, {{0, 0, 6, 2}})});
+  Checkpoint own = checkpoint(
+      {tensor("model.embed_tokens.weight", {6, 2}, {{0, 0, 6, 2}}), tensor("lm_head.weight", {6, 2}, {{0, 0, 6, 2}})});
   MappedModel kept = apply_key_map(km, own.md, all_items(own.md), config(R"({"tie_word_embeddings": true})"));
   REQUIRE(kept.tensors.size() == 2);
   CHECK(kept.tensors[1].transforms == std::vector<std::string>{"rename"});
   Checkpoint titan = checkpoint({tensor("tok_embeddings.weight", {6, 2}, {{0, 0, 6, 2}})});
-  CHECK(apply_key_map(km, titan.md, all_items(titan.md), config(R"({"tie_word_embeddings": true})")).tensors.size() == 1);
+  CHECK(apply_key_map(km, titan.md, all_items(titan.md), config(R"({"tie_word_embeddings": true})")).tensors.size() ==
+        1);
   CHECK_THROWS_WITH(map_of(R"({"schema": "dcpctl-map/1", "name": "x", "sides": ["a", "b"],
-    "rules": [{"a": "l.{L}.w", "b": "m.{L}.w", "tied": {"b": "e"}}]})"), Catch::Contains("\"tied\" is {SIDE: KEY}"));
+    "rules": [{"a": "l.{L}.w", "b": "m.{L}.w", "tied": {"b": "e"}}]})"),
+                    Catch::Contains("\"tied\" is {SIDE: KEY}"));
 }
 
 }  // namespace dcpctl

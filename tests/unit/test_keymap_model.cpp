@@ -10,10 +10,10 @@
 #include <cstdio>
 #include <fstream>
 
-#include "view/maps/keymap.h"
 #include "meta/select.h"
 #include "metadata_models.h"
 #include "util/error.h"
+#include "view/maps/keymap.h"
 
 namespace dcpctl {
 namespace {
@@ -199,7 +199,9 @@ std::vector<std::string> output_keys(const MappedModel& mm) {
 
 }  // namespace
 
-TEST_CASE("keymap family: layer rules expand under each prefix, the variant comes from model_type, else the keys, else the default") {
+TEST_CASE(
+    "keymap family: layer rules expand under each prefix, the variant comes from model_type, else the keys, else the "
+    "default") {
   KeyMap km = model_map_of(kFamilyMap);
   CHECK(km.family == "fam");
   REQUIRE(km.rules.size() == 8);  // 4 layer rules x 2 prefixes
@@ -216,17 +218,19 @@ TEST_CASE("keymap family: layer rules expand under each prefix, the variant come
   CHECK(output_keys(b) == std::vector<std::string>{"model.layers.0.attn.w", "model.layers.0.mlp.shared_experts.w"});
   CHECK(b.describe()["variant"] == "b");
   // a model_type no variant lists: only the shared rules apply, the rest is refused naming it
-  CHECK_THROWS_AS(apply_key_map(km, ck.md, select_items(ck.md, {}), config_of(R"({"model_type": "other"})")), UnsupportedError);
+  CHECK_THROWS_AS(apply_key_map(km, ck.md, select_items(ck.md, {}), config_of(R"({"model_type": "other"})")),
+                  UnsupportedError);
   CHECK_THROWS_WITH(apply_key_map(km, ck.md, select_items(ck.md, {}), config_of(R"({"model_type": "other"})")),
-                    Catch::Contains("decoder.layers.0.moe.shared.w") && Catch::Contains("config.json's model_type other") &&
-                        Catch::Contains("has no variant for it"));
+                    Catch::Contains("decoder.layers.0.moe.shared.w") &&
+                        Catch::Contains("config.json's model_type other") && Catch::Contains("has no variant for it"));
   // no model_type: the keys (b's own rule matches the bias), a tie goes to the default
-  Checkpoint biased = checkpoint({t2("decoder.layers.0.attn.w"), t2("decoder.layers.0.moe.shared.w"), t2("decoder.layers.0.moe.bias")});
+  Checkpoint biased =
+      checkpoint({t2("decoder.layers.0.attn.w"), t2("decoder.layers.0.moe.shared.w"), t2("decoder.layers.0.moe.bias")});
   CHECK(apply_key_map(km, biased.md, select_items(biased.md, {}), no_config()).variant == "b");
   CHECK(apply_key_map(km, ck.md, select_items(ck.md, {}), no_config()).variant == "a");
   // the hf side's names tell too
-  Checkpoint hf = checkpoint({t2("model.layers.0.attn.w"), t2("model.layers.0.mlp.shared_experts.w"), t2("model.layers.1.attn.w"),
-                              t2("model.layers.1.mlp.shared_experts.w")});
+  Checkpoint hf = checkpoint({t2("model.layers.0.attn.w"), t2("model.layers.0.mlp.shared_experts.w"),
+                              t2("model.layers.1.attn.w"), t2("model.layers.1.mlp.shared_experts.w")});
   MappedModel back = apply_key_map(km, hf.md, select_items(hf.md, {}), no_config());
   CHECK(back.variant == "b");
   CHECK(output_keys(back) == std::vector<std::string>{"decoder.layers.attn.w", "decoder.layers.moe.shared.w"});
@@ -235,15 +239,21 @@ TEST_CASE("keymap family: layer rules expand under each prefix, the variant come
 TEST_CASE("keymap family: an alias has its own rules and variants, and a bad family is refused naming what is wrong") {
   std::vector<KeyMap> all = builtin_key_maps();
   bool megatron = false;
-  for (const auto& m : all) megatron = megatron || (m.name == "megatron-mixtral" && m.family == "megatron" && m.variants.size() == 1);
+  for (const auto& m : all)
+    megatron = megatron || (m.name == "megatron-mixtral" && m.family == "megatron" && m.variants.size() == 1);
   CHECK(megatron);
-  CHECK_THROWS_WITH(model_map_of(R"({"schema": "dcpctl-map/2", "name": "x", "sides": ["a", "b"], "rules": [{"layers": "nope"}]})"),
-                    Catch::Contains("no prefix nope"));
-  CHECK_THROWS_WITH(model_map_of(R"({"schema": "dcpctl-map/2", "name": "x", "sides": ["a", "b"], "variants": {"v": {}}, "rules": [{"a": "k", "b": "k"}]})"),
-                    Catch::Contains("variant v"));
+  CHECK_THROWS_WITH(
+      model_map_of(R"({"schema": "dcpctl-map/2", "name": "x", "sides": ["a", "b"], "rules": [{"layers": "nope"}]})"),
+      Catch::Contains("no prefix nope"));
+  CHECK_THROWS_WITH(
+      model_map_of(
+          R"({"schema": "dcpctl-map/2", "name": "x", "sides": ["a", "b"], "variants": {"v": {}}, "rules": [{"a": "k", "b": "k"}]})"),
+      Catch::Contains("variant v"));
   // "drop_when": "zeros" belongs to a one-sided rule; there it marks the keys build_model checks
-  CHECK_THROWS_WITH(model_map_of(R"({"schema": "dcpctl-map/1", "name": "x", "sides": ["a", "b"], "rules": [{"a": "k", "b": "j", "drop_when": "zeros"}]})"),
-                    Catch::Contains("drop_when"));
+  CHECK_THROWS_WITH(
+      model_map_of(
+          R"({"schema": "dcpctl-map/1", "name": "x", "sides": ["a", "b"], "rules": [{"a": "k", "b": "j", "drop_when": "zeros"}]})"),
+      Catch::Contains("drop_when"));
   KeyMap z = model_map_of(R"({"schema": "dcpctl-map/1", "name": "z", "sides": ["a", "b"],
     "rules": [{"a": "w", "b": "w"}, {"a": "bias", "reason": "none on b", "drop_when": "zeros"}]})");
   Checkpoint ck = checkpoint({t2("w"), t2("bias")});

@@ -6,10 +6,10 @@
 #include <cmath>
 #include <random>
 
-#include "view/lora/lora_config.h"
-#include "view/lora/lora_torchtune.h"
 #include "util/numeric.h"
 #include "view/kernels.h"
+#include "view/lora/lora_config.h"
+#include "view/lora/lora_torchtune.h"
 
 using namespace dcpctl;
 

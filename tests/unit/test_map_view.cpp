@@ -16,12 +16,12 @@
 #include "item/window.h"
 #include "meta/checkpoint.h"
 #include "meta/derived.h"
-#include "view/maps/keymap.h"
 #include "meta/pieces.h"
 #include "meta/select.h"
 #include "plan/memory.h"
 #include "plan/plan.h"
 #include "util/dtype.h"
+#include "view/maps/keymap.h"
 #include "view/maps/map_view.h"
 #include "view/model.h"
 #include "write/execute.h"
@@ -195,7 +195,8 @@ TEST_CASE("views: the written map table holds an input named as another output a
   WritePlan plan = plan_write(written, {}, std::nullopt, Target{});
   REQUIRE(plan.tensors.size() == map.tensors.size());
   for (const Record& r : plan.records)
-    for (const Piece& p : r.pieces) CHECK((p.source >= written.md.tensors.data() && p.source < written.md.tensors.data() + ck.md.tensors.size()));
+    for (const Piece& p : r.pieces)
+      CHECK((p.source >= written.md.tensors.data() && p.source < written.md.tensors.data() + ck.md.tensors.size()));
 }
 
 TEST_CASE("plan: the dry run's rendered plan is the JSON tree's text, byte for byte (mapped and saved pieces)") {
@@ -220,7 +221,9 @@ TEST_CASE("plan: the dry run's rendered plan is the JSON tree's text, byte for b
     bool mapped = false;
     for (const PlannedTensor& pt : plan.tensors) mapped = mapped || pt.mapped;
     CHECK(mapped == (ck != &saved));
-    if (mapped) CHECK(plan.describe().at(0).at("pieces").at(0).at("tensor").get<std::string>().find("\xc3\xa9") != std::string::npos);
+    if (mapped)
+      CHECK(plan.describe().at(0).at("pieces").at(0).at("tensor").get<std::string>().find("\xc3\xa9") !=
+            std::string::npos);
     // A key json::dump escapes.
     plan.tensors[plan.records[0].tensor].key = "a\"b\\c\x01\xc3\xa9";
     const nlohmann::json tree = plan.describe();
@@ -232,7 +235,8 @@ TEST_CASE("plan: the dry run's rendered plan is the JSON tree's text, byte for b
       for (size_t at = want.find('\n'); at != std::string::npos; at = want.find('\n', at + 1)) want.insert(at + 1, pad);
       CHECK(plan.render(indent) == want);
     }
-    nlohmann::json summary = {{"schema_version", 1}, {"tensors", plan.tensors.size()}, {"deal", {{"lanes", 4}}}, {"zz", "last"}};
+    nlohmann::json summary = {
+        {"schema_version", 1}, {"tensors", plan.tensors.size()}, {"deal", {{"lanes", 4}}}, {"zz", "last"}};
     nlohmann::json rendered = summary;
     summary["plan"] = tree;
     rendered["plan"] = plan.render(2);

@@ -9,8 +9,8 @@
 #include <string>
 
 #include "check/megatron_args.h"
-#include "view/maps/keymap.h"
 #include "util/error.h"
+#include "view/maps/keymap.h"
 
 using namespace dcpctl;
 using Catch::Matchers::Contains;
@@ -55,7 +55,9 @@ json llama_config() {
 }
 
 // The variant's "args" as the built-in map holds them (megatron.json).
-json rules(const std::string& variant) { return variant_args(load_key_map("megatron"), variant); }
+json rules(const std::string& variant) {
+  return variant_args(load_key_map("megatron"), variant);
+}
 
 std::string fails(const MegatronArgs& a, const json& c, const std::string& variant) {
   try {
@@ -258,14 +260,15 @@ TEST_CASE("megatron args: a field an older Megatron-LM's args lack is not compar
   CHECK(compared(checked, "rope_parameters.rope_theta", "rotary_base"));
 }
 
-TEST_CASE("megatron args: a variant is data (megatron.json's \"args\"), malformed data is refused",
-          "[megatron_args]") {
+TEST_CASE("megatron args: a variant is data (megatron.json's \"args\"), malformed data is refused", "[megatron_args]") {
   // A variant the code never names: a softmax router that applies routed scaling, its own class defaults.
   const json v = {{"attention", "gqa"},
                   {"rope", "rotate_half"},
                   {"moe_ffn", "moe_intermediate_size"},
                   {"router",
-                   {{"name", "Made-up"}, {"score_function", "softmax"}, {"norm_topk_prob", "renormalized"},
+                   {{"name", "Made-up"},
+                    {"score_function", "softmax"},
+                    {"norm_topk_prob", "renormalized"},
                     {"routed_scaling", true}}},
                   {"config_defaults", {{"made_up", {{"rms_norm_eps", 1e-5}, {"routed_scaling_factor", 3.0}}}}}};
   MegatronArgs a = llama_args();

@@ -17,7 +17,9 @@ namespace {
 
 // Two tensors of 40 and 120 bytes, each in two row shards saved by ranks 0 and 1.
 Checkpoint two_ranks() {
-  return checkpoint({tensor("a", {10}, {{0, 5}, {5, 5}}, DType::Float32, 2), tensor("c", {30}, {{0, 15}, {15, 15}}, DType::Float32, 2)}, 2);
+  return checkpoint({tensor("a", {10}, {{0, 5}, {5, 5}}, DType::Float32, 2),
+                     tensor("c", {30}, {{0, 15}, {15, 15}}, DType::Float32, 2)},
+                    2);
 }
 
 Target safetensors_file() {

@@ -22,16 +22,19 @@ namespace {
 struct Waiter {
   std::atomic<bool> done{false};
   std::thread th;
-  Waiter(MemoryGate& g, uint64_t n) : th([&g, n, this] {
-    g.acquire(n);
-    done = true;
-  }) {}
+  Waiter(MemoryGate& g, uint64_t n)
+      : th([&g, n, this] {
+          g.acquire(n);
+          done = true;
+        }) {}
   ~Waiter() {
     if (th.joinable()) th.join();
   }
 };
 
-void pause() { std::this_thread::sleep_for(std::chrono::milliseconds(100)); }
+void pause() {
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+}
 
 }  // namespace
 
@@ -95,11 +98,11 @@ TEST_CASE("memory gate: buffers and reservations give back exactly what they too
     wb.prepare(40, 20, 10);  // holds 70
     REQUIRE(wb.a() != nullptr);
     REQUIRE(wb.b() != nullptr);
-    wb.prepare(30, 10, 0);   // 40 >= 70 / 2: keeps what it holds
+    wb.prepare(30, 10, 0);  // 40 >= 70 / 2: keeps what it holds
     Waiter w(g, 31);
     pause();
-    CHECK_FALSE(w.done);     // 70 + 31 > 100
-    wb.prepare(5, 0, 0);     // less than half: gives back, holds 5
+    CHECK_FALSE(w.done);  // 70 + 31 > 100
+    wb.prepare(5, 0, 0);  // less than half: gives back, holds 5
     w.th.join();
     CHECK(w.done);
     g.release(31);

@@ -2,8 +2,8 @@
 // storage entry per chunk): the folded decode (the VM's fast path for flat objects, folded
 // tensors, storage_data joined into runs) must build exactly the model the generic decode builds,
 // and the caps must still fire on it.
-#include <catch2/catch.hpp>
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <functional>
 #include <random>
@@ -46,9 +46,12 @@ MetadataOut dcp_like(int tensors, int ranks) {
     t.fqn = "model.layers." + std::to_string(i / 3) + ".w" + std::to_string(i % 3) + ".weight";
     t.dtype_name = i % 2 ? "float32" : "bfloat16";
     t.requires_grad = i % 3 == 0;
-    if (i % 5 == 4) t.shape = {37};           // 1-d, rows not a multiple of the ranks
-    else if (i % 7 == 6) t.shape = {};        // 0-d: one chunk
-    else t.shape = {64 + i, 16};
+    if (i % 5 == 4)
+      t.shape = {37};  // 1-d, rows not a multiple of the ranks
+    else if (i % 7 == 6)
+      t.shape = {};  // 0-d: one chunk
+    else
+      t.shape = {64 + i, 16};
     int n = t.shape.empty() ? 1 : ranks;
     int64_t rows = t.shape.empty() ? 1 : t.shape[0];
     int64_t step = (rows + n - 1) / n;
@@ -123,8 +126,10 @@ std::vector<std::string> fixture_metadata() {
   std::function<void(const std::string&)> walk = [&](const std::string& dir) {
     for (const auto& name : list_dir(dir)) {
       std::string p = dir + "/" + name;
-      if (name == ".metadata") paths.push_back(p);
-      else if (is_directory(p)) walk(p);
+      if (name == ".metadata")
+        paths.push_back(p);
+      else if (is_directory(p))
+        walk(p);
     }
   };
   walk(std::string(DCPCTL_SOURCE_DIR) + "/tests/fixtures");
@@ -223,7 +228,8 @@ TEST_CASE("every cut and many mutations of a DCP-shaped .metadata: the folded de
     }
 }
 
-TEST_CASE("every fixture's .metadata (written by real torch): storage attached while decoding, parsed once, the same model") {
+TEST_CASE(
+    "every fixture's .metadata (written by real torch): storage attached while decoding, parsed once, the same model") {
   // The fixtures' torch writes a first MetadataIndex the folder declines (its class is defined in
   // place, without an offset attribute in some releases), after which key and storage records
   // are out of step: attaching must not need them in step, or every such file is parsed twice.
@@ -296,8 +302,8 @@ TEST_CASE("byte templates: random mutations of real torch files and a DCP-shaped
   for (const auto& p : fixture_metadata()) inputs.push_back(read_all(p));
   inputs.push_back(metadata_pickle(dcp_like(8, 6)));
   std::mt19937_64 rng(72);
-  const uint8_t ops[] = {0x94, 'h', 'j', 'K', 'M', 'J', 0x8a, 'u', 'b', 0x86, 0x85, ')', 'N', '(', 'R', 0x81,
-                         '}', 0x8c, 0x88, 0x89, 'e', ']', 't', 'q', 'r', 0x93};
+  const uint8_t ops[] = {0x94, 'h', 'j',  'K', 'M',  'J',  0x8a, 'u', 'b', 0x86, 0x85, ')', 'N',
+                         '(',  'R', 0x81, '}', 0x8c, 0x88, 0x89, 'e', ']', 't',  'q',  'r', 0x93};
   auto t0 = std::chrono::steady_clock::now();
   size_t runs = 0, errors = 0;
   while (runs < 200 || std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(3000 / kStride)) {
@@ -308,9 +314,15 @@ TEST_CASE("byte templates: random mutations of real torch files and a DCP-shaped
     for (int e = 0; e < edits; ++e) {
       size_t at = rng() % m.size();
       switch (rng() % 3) {
-        case 0: m[at] = static_cast<char>(ops[rng() % sizeof ops]); break;
-        case 1: m[at] = static_cast<char>(rng()); break;
-        default: m[at] = static_cast<char>(m[at] + (rng() % 2 ? 1 : -1)); break;
+        case 0:
+          m[at] = static_cast<char>(ops[rng() % sizeof ops]);
+          break;
+        case 1:
+          m[at] = static_cast<char>(rng());
+          break;
+        default:
+          m[at] = static_cast<char>(m[at] + (rng() % 2 ? 1 : -1));
+          break;
       }
     }
     std::string with = outcome_of(m, true), without = outcome_of(m, false);

@@ -75,7 +75,6 @@ TEST_CASE("mxfp4: the scales alone, from the untransposed matrix, equal quantize
   CHECK(std::set<uint8_t>(want.begin(), want.end()).size() > 30);  // the columns span many exponents
 }
 
-
 TEST_CASE("mxfp4: quantize_mxfp4_columns equals quantize_mxfp4 of the transpose, byte for byte", "[mxfp4]") {
   // Every E2M1 midpoint and its neighbours at several scales, NaN, infinities, zeros of both signs,
   // subnormals and a group of them (scale byte 0), in 3 groups of 45 columns (not a vector width).

@@ -18,11 +18,16 @@ namespace {
 template <class T>
 std::vector<T> cast_bits(DType to, const std::vector<uint32_t>& in) {
   std::vector<T> out(in.size());
-  cast_elements(DType::Float32, to, reinterpret_cast<const uint8_t*>(in.data()), reinterpret_cast<uint8_t*>(out.data()), in.size());
+  cast_elements(DType::Float32, to, reinterpret_cast<const uint8_t*>(in.data()), reinterpret_cast<uint8_t*>(out.data()),
+                in.size());
   return out;
 }
-std::vector<uint16_t> cast16(DType to, const std::vector<uint32_t>& in) { return cast_bits<uint16_t>(to, in); }
-std::vector<uint8_t> cast8(DType to, const std::vector<uint32_t>& in) { return cast_bits<uint8_t>(to, in); }
+std::vector<uint16_t> cast16(DType to, const std::vector<uint32_t>& in) {
+  return cast_bits<uint16_t>(to, in);
+}
+std::vector<uint8_t> cast8(DType to, const std::vector<uint32_t>& in) {
+  return cast_bits<uint8_t>(to, in);
+}
 
 // The inputs, and what torch.to() gave for each:
 //   sNaN 0x7F800001, -NaN 0xFFC12345, qNaN 0x7FC00001, 1+2^-8 (tie, even below), 1+3*2^-8 (tie,
@@ -35,8 +40,8 @@ const std::vector<uint32_t> kIn = {0x7F800001, 0xFFC12345, 0x7FC00001, 0x3F80800
 
 TEST_CASE("fp32 -> bf16 rounds to nearest even, NaN as torch's CPU kernel writes it") {
   // torch: float32 tensors go through the vectorized kernel, which writes every NaN as 0xFFFF.
-  CHECK(cast16(DType::BFloat16, kIn) == std::vector<uint16_t>{0xFFFF, 0xFFFF, 0xFFFF, 0x3F80, 0x3F82, 0x3F81, 0x4780, 0x4780,
-                                                              0x3300, 0x3300, 0x7F80, 0x43E0, 0x43E8, 0x43F0});
+  CHECK(cast16(DType::BFloat16, kIn) == std::vector<uint16_t>{0xFFFF, 0xFFFF, 0xFFFF, 0x3F80, 0x3F82, 0x3F81, 0x4780,
+                                                              0x4780, 0x3300, 0x3300, 0x7F80, 0x43E0, 0x43E8, 0x43F0});
   // The scalar conversion (c10::BFloat16) writes the canonical quiet NaN.
   CHECK(f32_to_bf16(bits_f32(0x7FC00001)) == 0x7FC0);
   CHECK(f32_to_bf16(-0.0f) == 0x8000);
@@ -46,8 +51,8 @@ TEST_CASE("fp32 -> bf16 rounds to nearest even, NaN as torch's CPU kernel writes
 
 TEST_CASE("fp32 -> fp16 rounds to nearest even, overflows to inf, keeps NaN sign and payload") {
   // torch: F16C keeps the sign and the top 10 payload bits and sets the quiet bit.
-  CHECK(cast16(DType::Float16, kIn) == std::vector<uint16_t>{0x7E00, 0xFE09, 0x7E00, 0x3C04, 0x3C0C, 0x3C04, 0x7C00, 0x7BFF,
-                                                             0x0000, 0x0001, 0x7C00, 0x5F00, 0x5F40, 0x5F80});
+  CHECK(cast16(DType::Float16, kIn) == std::vector<uint16_t>{0x7E00, 0xFE09, 0x7E00, 0x3C04, 0x3C0C, 0x3C04, 0x7C00,
+                                                             0x7BFF, 0x0000, 0x0001, 0x7C00, 0x5F00, 0x5F40, 0x5F80});
   CHECK(f32_to_f16(65504.0f) == 0x7BFF);
   CHECK(f32_to_f16(-std::numeric_limits<float>::infinity()) == 0xFC00);
   CHECK(f16_to_f32(0x0001) == std::ldexp(1.0f, -24));
@@ -57,15 +62,15 @@ TEST_CASE("fp32 -> fp16 rounds to nearest even, overflows to inf, keeps NaN sign
 
 TEST_CASE("fp32 -> float8_e4m3fn saturates to 448 like torch, NaN keeps its sign") {
   // 464 is the tie between 448 and (unrepresentable) 480: saturates, as does inf.
-  CHECK(cast8(DType::Float8_E4M3FN, kIn) == std::vector<uint8_t>{0x7F, 0xFF, 0x7F, 0x38, 0x38, 0x38, 0x7E, 0x7E, 0x00, 0x00, 0x7E,
-                                                                 0x7E, 0x7E, 0x7E});
+  CHECK(cast8(DType::Float8_E4M3FN, kIn) ==
+        std::vector<uint8_t>{0x7F, 0xFF, 0x7F, 0x38, 0x38, 0x38, 0x7E, 0x7E, 0x00, 0x00, 0x7E, 0x7E, 0x7E, 0x7E});
   // python: torch.tensor([449., -1e6, 240., 17., 19., 0.0013671875, 1e-9]).to(torch.float8_e4m3fn)
   CHECK(f32_to_e4m3fn(449.0f) == 0x7E);
   CHECK(f32_to_e4m3fn(-1e6f) == 0xFE);
   CHECK(f32_to_e4m3fn(-std::numeric_limits<float>::infinity()) == 0xFE);
   CHECK(f32_to_e4m3fn(240.0f) == 0x77);
-  CHECK(f32_to_e4m3fn(17.0f) == 0x58);  // 17 is a tie between 16 and 18: even (16)
-  CHECK(f32_to_e4m3fn(19.0f) == 0x5A);  // tie between 18 and 20: even (20)
+  CHECK(f32_to_e4m3fn(17.0f) == 0x58);          // 17 is a tie between 16 and 18: even (16)
+  CHECK(f32_to_e4m3fn(19.0f) == 0x5A);          // tie between 18 and 20: even (20)
   CHECK(f32_to_e4m3fn(0.0013671875f) == 0x01);  // rounds up to the least subnormal 2^-9
   CHECK(f32_to_e4m3fn(1e-9f) == 0x00);
   CHECK(f32_to_e4m3fn(-0.0f) == 0x80);
@@ -74,8 +79,8 @@ TEST_CASE("fp32 -> float8_e4m3fn saturates to 448 like torch, NaN keeps its sign
 }
 
 TEST_CASE("fp32 -> float8_e5m2 rounds to nearest even and overflows to inf") {
-  CHECK(cast8(DType::Float8_E5M2, kIn) == std::vector<uint8_t>{0x7F, 0xFF, 0x7F, 0x3C, 0x3C, 0x3C, 0x7C, 0x7C, 0x00, 0x00, 0x7C,
-                                                               0x5F, 0x5F, 0x60});
+  CHECK(cast8(DType::Float8_E5M2, kIn) ==
+        std::vector<uint8_t>{0x7F, 0xFF, 0x7F, 0x3C, 0x3C, 0x3C, 0x7C, 0x7C, 0x00, 0x00, 0x7C, 0x5F, 0x5F, 0x60});
   CHECK(f32_to_e5m2(500.0f) == 0x60);
   CHECK(f32_to_e5m2(1e6f) == 0x7C);
   CHECK(f32_to_e5m2(-1e6f) == 0xFC);
@@ -87,8 +92,8 @@ TEST_CASE("fp32 -> float8_e5m2 rounds to nearest even and overflows to inf") {
 TEST_CASE("widening to float32 is exact and keeps signalling NaN payloads") {
   std::vector<uint16_t> bf = {0x7F81, 0xFFC1, 0x3F82, 0x0001};
   std::vector<uint32_t> out(bf.size());
-  cast_elements(DType::BFloat16, DType::Float32, reinterpret_cast<const uint8_t*>(bf.data()), reinterpret_cast<uint8_t*>(out.data()),
-                bf.size());
+  cast_elements(DType::BFloat16, DType::Float32, reinterpret_cast<const uint8_t*>(bf.data()),
+                reinterpret_cast<uint8_t*>(out.data()), bf.size());
   CHECK(out == std::vector<uint32_t>{0x7F810000, 0xFFC10000, 0x3F820000, 0x00010000});
 }
 
@@ -108,7 +113,8 @@ TEST_CASE("bf16 <-> fp32 casts of long runs (the blocks of 16 and their tail) ar
   }
   CHECK(wrong == 0);
   std::vector<uint32_t> back(bf.size());
-  cast_elements(DType::BFloat16, DType::Float32, reinterpret_cast<const uint8_t*>(bf.data()), reinterpret_cast<uint8_t*>(back.data()), bf.size());
+  cast_elements(DType::BFloat16, DType::Float32, reinterpret_cast<const uint8_t*>(bf.data()),
+                reinterpret_cast<uint8_t*>(back.data()), bf.size());
   wrong = 0;
   for (size_t i = 0; i < bf.size(); ++i) wrong += back[i] != static_cast<uint32_t>(bf[i]) << 16;
   CHECK(wrong == 0);

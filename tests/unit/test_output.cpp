@@ -28,8 +28,8 @@
 #include <vector>
 
 #include "random_bytes.h"
-#include "util/error.h"
 #include "store/file.h"
+#include "util/error.h"
 #include "write/leftovers.h"
 #include "write/output.h"
 
@@ -53,7 +53,10 @@ long first_difference(const std::vector<uint8_t>& got, const std::vector<uint8_t
 
 struct Aligned {
   std::unique_ptr<uint8_t, decltype(&std::free)> p{nullptr, &std::free};
-  explicit Aligned(size_t n) { p.reset(static_cast<uint8_t*>(std::aligned_alloc(kDirectAlign, (n + kDirectAlign - 1) / kDirectAlign * kDirectAlign))); }
+  explicit Aligned(size_t n) {
+    p.reset(
+        static_cast<uint8_t*>(std::aligned_alloc(kDirectAlign, (n + kDirectAlign - 1) / kDirectAlign * kDirectAlign)));
+  }
 };
 
 // Whether an O_DIRECT write in `dir` leaves the page cache alone (ext4, xfs; not tmpfs, which
@@ -82,7 +85,8 @@ bool bypasses_cache(const std::string& dir) {
 size_t cached_blocks(const std::string& path, uint64_t offset, uint64_t n) {
   ReadFile f(path);
   size_t count = 0;
-  for (uint64_t b = (offset + kDirectAlign - 1) / kDirectAlign * kDirectAlign; b + kDirectAlign <= offset + n; b += kDirectAlign)
+  for (uint64_t b = (offset + kDirectAlign - 1) / kDirectAlign * kDirectAlign; b + kDirectAlign <= offset + n;
+       b += kDirectAlign)
     count += f.cached(b, kDirectAlign);
   return count;
 }
@@ -200,14 +204,17 @@ TEST_CASE("output: a staged write that fails in the background is an error, not 
     REQUIRE(pid >= 0);
     if (pid == 0) {
       ::signal(SIGXFSZ, SIG_IGN);
-      struct rlimit rl {1 << 20, 1 << 20};
+      struct rlimit rl {
+        1 << 20, 1 << 20
+      };
       ::setrlimit(RLIMIT_FSIZE, &rl);
       std::vector<uint8_t> bytes = random_bytes(total, 1);
       int code = 1;
       try {
         OutputFile out(path);
         out.stage_appends(256 * 1024);
-        for (size_t at = 0; at < bytes.size(); at += 65536) out.append(bytes.data() + at, std::min<size_t>(65536, bytes.size() - at));
+        for (size_t at = 0; at < bytes.size(); at += 65536)
+          out.append(bytes.data() + at, std::min<size_t>(65536, bytes.size() - at));
         out.commit();
       } catch (const IoError& e) {
         code = std::string(e.what()).find("dcpctl-test-efbig.bin") != std::string::npos ? 0 : 2;

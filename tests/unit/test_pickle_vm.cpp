@@ -17,7 +17,9 @@ std::unique_ptr<Tree> run(const std::string& bytes) {
   return parse(ByteSpan(bytes), o);
 }
 
-std::string r(const std::string& bytes) { return repr(run(bytes)->root, 10000); }
+std::string r(const std::string& bytes) {
+  return repr(run(bytes)->root, 10000);
+}
 
 std::string bin(std::initializer_list<int> b) {
   std::string s;
@@ -86,16 +88,17 @@ TEST_CASE("memo: MEMOIZE, PUT and GET share the object") {
     // still be kept: torch.Size (2) and 'b' (4) are read only as the second GET of a pair, 'a' (3)
     // right after a run, the object (11) after one that closes it; padding moves every run across
     // the point where the scan goes back to stepping one opcode at a time.
-    std::string head = bin({0x80, 4, '(', 0x8c, 5, 't', 'o', 'r', 'c', 'h', 0x94, 0x8c, 4, 'S', 'i', 'z', 'e', 0x94, 0x93,
-                            0x94,                                            // 0 'torch', 1 'Size', 2 torch.Size
-                            0x8c, 1, 'a', 0x94, 0x8c, 1, 'b', 0x94,          // 3 'a', 4 'b'
-                            0x8c, 1, 'm', 0x8c, 1, 'C', 0x93, 0x94,          // 5 m.C
-                            'h', 5, ')', 0x81, 0x94, '}', 0x94, '(',         // 6 object, 7 its dict
-                            'h', 3, 'h', 2, 'K', 7, 'K', 8, 0x86, 0x94, 0x85, 0x94, 'R', 0x94, 'u', 'b',
-                            0x94,                                            // 8-10 dims, args, Size; 11 object
-                            'h', 3, 'h', 2, 'K', 7, 'K', 8, 0x86, 0x94, 0x85, 0x94, 'R', 0x94, 'h', 3, 0x86,
-                            0x94,                                            // 12-14; 15 (Size, 'a')
-                            'h', 3, 'h', 4, 0x86, 'h', 11});
+    std::string head =
+        bin({0x80, 4, '(', 0x8c, 5,    't', 'o',  'r',  'c',  'h',  0x94, 0x8c, 4,   'S',  'i', 'z', 'e',  0x94, 0x93,
+             0x94,                                       // 0 'torch', 1 'Size', 2 torch.Size
+             0x8c, 1, 'a', 0x94, 0x8c, 1,   'b',  0x94,  // 3 'a', 4 'b'
+             0x8c, 1, 'm', 0x8c, 1,    'C', 0x93, 0x94,  // 5 m.C
+             'h',  5, ')', 0x81, 0x94, '}', 0x94, '(',   // 6 object, 7 its dict
+             'h',  3, 'h', 2,    'K',  7,   'K',  8,    0x86, 0x94, 0x85, 0x94, 'R', 0x94, 'u', 'b',
+             0x94,  // 8-10 dims, args, Size; 11 object
+             'h',  3, 'h', 2,    'K',  7,   'K',  8,    0x86, 0x94, 0x85, 0x94, 'R', 0x94, 'h', 3,   0x86,
+             0x94,  // 12-14; 15 (Size, 'a')
+             'h',  3, 'h', 4,    0x86, 'h', 11});
     const std::string obj = "m.C() state={'a': torch.Size([7, 8])}";
     // (The globals and strings stay on the stack where they were made, inside the MARK.)
     const std::string want =
@@ -161,11 +164,15 @@ TEST_CASE("hostile pickles give clean errors with offsets") {
   // BINUNICODE claiming 4 GiB with 2 bytes left: refused before any allocation.
   CHECK(msg(bin({'X', 0xff, 0xff, 0xff, 0xff, 'a', '.'})) ==
         "test.pkl: offset 5: string of 4294967295 bytes runs past the end of the data (2 bytes left)");
-  CHECK(msg(bin({0x8d, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, '.'})).find("runs past the end") != std::string::npos);
+  CHECK(msg(bin({0x8d, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, '.'})).find("runs past the end") !=
+        std::string::npos);
   CHECK(msg(bin({0x95, 0xff, 0, 0, 0, 0, 0, 0, 0, 'N', '.'})) ==
         "test.pkl: offset 0: FRAME of 255 bytes runs past the end of the data (2 bytes left)");
   CHECK(msg("h\x05.") == "test.pkl: offset 0: memo entry 5 is read before it was stored");
-  CHECK(msg("K\x01" "K\x02" "s.").find("SETITEM") != std::string::npos);
+  CHECK(msg("K\x01"
+            "K\x02"
+            "s.")
+            .find("SETITEM") != std::string::npos);
   CHECK(msg("(I1\nI2\ne.").find("APPENDS") != std::string::npos);
   CHECK(msg("t.").find("without a MARK") != std::string::npos);
   CHECK(msg("I1x\n.").find("malformed number") != std::string::npos);
@@ -260,23 +267,27 @@ TEST_CASE("a Folder replaces the objects it knows, and only those nobody else re
 
   // a state the folder declines keeps the generic object
   FoldC h;
-  auto v = run_folded(bin({0x80, 4, 0x8c, 1, 'm', 0x8c, 1, 'C', 0x93, ')', 0x81, '}', 0x8c, 1, 'y', 'K', 1, 's', 'b', '.'}), h);
+  auto v = run_folded(
+      bin({0x80, 4, 0x8c, 1, 'm', 0x8c, 1, 'C', 0x93, ')', 0x81, '}', 0x8c, 1, 'y', 'K', 1, 's', 'b', '.'}), h);
   CHECK(v->root.kind == Kind::Object);
   CHECK(h.offered == 1);
 }
 
 TEST_CASE("memory given back early is never reused while still referenced") {
   // torch.Size(t) where t = (4, 5) is memoized and read back: the Size and t share the dims.
-  CHECK(r(bin({0x80, 4, 0x8c, 5, 't', 'o', 'r', 'c', 'h', 0x8c, 4, 'S', 'i', 'z', 'e', 0x93, 'K', 4, 'K', 5, 0x86, 0x94,
-               0x85, 'R', 'h', 0, 'K', 9, 'K', 9, 0x86, 0x87, '.'})) == "(torch.Size([4, 5]), (4, 5), (9, 9))");
+  CHECK(r(bin({0x80, 4,   0x8c, 5,    't',  'o',  'r', 'c', 'h', 0x8c, 4, 'S', 'i', 'z',  'e',  0x93, 'K',
+               4,    'K', 5,    0x86, 0x94, 0x85, 'R', 'h', 0,   'K',  9, 'K', 9,   0x86, 0x87, '.'})) ==
+        "(torch.Size([4, 5]), (4, 5), (9, 9))");
   // the args tuple ((4, 5),) memoized and read back after the REDUCE
-  CHECK(r(bin({0x80, 4, 0x8c, 5, 't', 'o', 'r', 'c', 'h', 0x8c, 4, 'S', 'i', 'z', 'e', 0x93, 'K', 4, 'K', 5, 0x86, 0x85,
-               0x94, 'R', 'h', 0, 'K', 9, 'K', 9, 0x86, 0x87, '.'})) == "(torch.Size([4, 5]), ((4, 5),), (9, 9))");
+  CHECK(r(bin({0x80, 4,   0x8c, 5,    't',  'o',  'r', 'c', 'h', 0x8c, 4, 'S', 'i', 'z',  'e',  0x93, 'K',
+               4,    'K', 5,    0x86, 0x85, 0x94, 'R', 'h', 0,   'K',  9, 'K', 9,   0x86, 0x87, '.'})) ==
+        "(torch.Size([4, 5]), ((4, 5),), (9, 9))");
   // a folded object's state children held by the memo survive the fold: C with state
   // {'x': 3, 'k': (1, 2)}, the tuple memoized and read back, then a new tuple is allocated
   FoldC f;
-  std::string p = bin({0x80, 4, 0x8c, 1, 'm', 0x8c, 1, 'C', 0x93, ')', 0x81, '}', 0x8c, 1, 'x', 'K', 3, 's', 0x8c, 1, 'k',
-                       'K', 1, 'K', 2, 0x86, 0x94, 's', 'b', 'h', 0, 'K', 8, 'K', 8, 0x86, 0x87, '.'});
+  std::string p =
+      bin({0x80, 4,   0x8c, 1, 'm', 0x8c, 1,    'C',  0x93, ')', 0x81, '}', 0x8c, 1, 'x', 'K', 3,    's',  0x8c,
+           1,    'k', 'K',  1, 'K', 2,    0x86, 0x94, 's',  'b', 'h',  0,   'K',  8, 'K', 8,   0x86, 0x87, '.'});
   CHECK(r(p) == "(m.C() state={'x': 3, 'k': (1, 2)}, (1, 2), (8, 8))");
   auto t = run_folded(p, f);
   CHECK(t->root.items()[0].kind == Kind::Ext);
@@ -310,14 +321,14 @@ struct FoldCD final : Folder {
 
 // Protocol 4 prologue: memo 0 = m.C (the global), memo 1 = torch.Size, memo 2 = 'x', memo 3 = 'd'.
 std::string prologue() {
-  return bin({0x80, 4, 0x8c, 1, 'm', 0x8c, 1, 'C', 0x93, 0x94, 0x8c, 5, 't', 'o', 'r', 'c', 'h', 0x8c, 4, 'S', 'i', 'z', 'e',
-              0x93, 0x94, 0x8c, 1, 'x', 0x94, 0x8c, 1, 'd', 0x94, '0', '0'});
+  return bin({0x80, 4,   0x8c, 1,   'm', 0x8c, 1,    'C',  0x93, 0x94, 0x8c, 5,    't', 'o', 'r',  'c', 'h', 0x8c,
+              4,    'S', 'i',  'z', 'e', 0x93, 0x94, 0x8c, 1,    'x',  0x94, 0x8c, 1,   'd', 0x94, '0', '0'});
 }
 // C(x=x, d=Size(a, b)) as a pickler writes it after the first one: the class and the names read
 // back (BINGET), the object, its dict, the Size's tuples memoized (3 + 2 MEMOIZEs... 5 entries).
 std::string flat_obj(int x, int a, int b) {
-  return bin({'h', 0, ')', 0x81, 0x94, '}', 0x94, '(', 'h', 2, 'K', x, 'h', 3, 'h', 1, 'K', a, 'K', b, 0x86, 0x94, 0x85,
-              0x94, 'R', 0x94, 'u', 'b'});
+  return bin({'h', 0, ')', 0x81, 0x94, '}', 0x94, '(',  'h',  2,    'K', x,    'h', 3,
+              'h', 1, 'K', a,    'K',  b,   0x86, 0x94, 0x85, 0x94, 'R', 0x94, 'u', 'b'});
 }
 
 std::unique_ptr<Tree> run_with(const std::string& bytes, Folder* f, Limits limits = {}) {
@@ -357,12 +368,14 @@ TEST_CASE("flat objects are folded in one step, with the memo numbered as opcode
   CHECK(t->root.items()[1].is_str("z"));
   CHECK(f.offered == 2);
   // Without a folder, the same pickle is two generic objects and the same memo numbering.
-  CHECK(r(p) == "([m.C() state={'x': 1, 'd': torch.Size([2, 3])}, m.C() state={'x': 4, 'd': torch.Size([5, 6])}], 'z')");
+  CHECK(r(p) ==
+        "([m.C() state={'x': 1, 'd': torch.Size([2, 3])}, m.C() state={'x': 4, 'd': torch.Size([5, 6])}], 'z')");
 }
 
 TEST_CASE("a flat object any part of which the memo reads back stays generic") {
   // The inner dims tuple of the second object (memo index 12) is read back after.
-  std::string p = prologue() + bin({']', 0x94, '('}) + flat_obj(1, 2, 3) + flat_obj(4, 5, 6) + bin({'e', 'h', 12, 0x86, '.'});
+  std::string p =
+      prologue() + bin({']', 0x94, '('}) + flat_obj(1, 2, 3) + flat_obj(4, 5, 6) + bin({'e', 'h', 12, 0x86, '.'});
   FoldCD f;
   auto t = run_with(p, &f);
   const Value& list = t->root.items()[0];
@@ -372,7 +385,8 @@ TEST_CASE("a flat object any part of which the memo reads back stays generic") {
   CHECK(list.items()[1].kind == Kind::Ext);
   CHECK(repr(t->root.items()[1], 100) == "(5, 6)");
   // The second object itself read back (memo index 10): never folded, one shared object.
-  std::string q = prologue() + bin({']', 0x94, '('}) + flat_obj(1, 2, 3) + flat_obj(4, 5, 6) + bin({'e', 'h', 10, 0x86, '.'});
+  std::string q =
+      prologue() + bin({']', 0x94, '('}) + flat_obj(1, 2, 3) + flat_obj(4, 5, 6) + bin({'e', 'h', 10, 0x86, '.'});
   FoldCD g;
   auto u = run_with(q, &g);
   CHECK(u->root.items()[0].items()[1].kind == Kind::Object);
@@ -395,7 +409,8 @@ TEST_CASE("caps fire the same with the flat-object fast path") {
   CHECK(folded.find("nested MARKs") != std::string::npos);
   CHECK(folded == error_of(p, nullptr, m));
   // A memo read of an entry never stored, inside a flat object, is the generic error.
-  std::string q = prologue() + bin({'h', 0, ')', 0x81, 0x94, '}', 0x94, '(', 'h', 2, 'K', 1, 'h', 99, 'K', 1, 'u', 'b', '.'});
+  std::string q =
+      prologue() + bin({'h', 0, ')', 0x81, 0x94, '}', 0x94, '(', 'h', 2, 'K', 1, 'h', 99, 'K', 1, 'u', 'b', '.'});
   CHECK(error_of(q, &f) == error_of(q, nullptr));
   CHECK(error_of(q, &f).find("memo entry 99 is read before it was stored") != std::string::npos);
   // Cut anywhere: the same error with and without the folder.

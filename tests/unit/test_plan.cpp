@@ -107,8 +107,8 @@ namespace {
 Metadata model() {
   Metadata md;
   md.source = "ck/.metadata";
-  const char* tensors[] = {"app.model.layers.0.w", "app.model.layers.0.b", "app.model.embed", "app.optim.state.0.exp_avg",
-                           "app.modelx.w"};
+  const char* tensors[] = {"app.model.layers.0.w", "app.model.layers.0.b", "app.model.embed",
+                           "app.optim.state.0.exp_avg", "app.modelx.w"};
   for (const char* k : tensors) {
     TensorMeta t;
     t.fqn = k;
@@ -120,7 +120,8 @@ Metadata model() {
   md.order.push_back({false, 0});
   md.bytes.push_back(b);
   // planner_data: the nesting as saved ({"app": {"model": {"layers": [{"w"...}]}}}).
-  md.planner_data["app.model.layers.0.w"] = {{false, "app", 0}, {false, "model", 0}, {false, "layers", 0}, {true, "", 0}, {false, "w", 0}};
+  md.planner_data["app.model.layers.0.w"] = {
+      {false, "app", 0}, {false, "model", 0}, {false, "layers", 0}, {true, "", 0}, {false, "w", 0}};
   return md;
 }
 

@@ -49,9 +49,9 @@ TEST_CASE("precision: the table is transformers 5.24.0's, per model_type") {
                            "mimo_v2_flash", "solar_open"}) {
     INFO(type);
     REQUIRE(t.strict_of(type) != nullptr);
-    CHECK(*t.strict_of(type) == std::vector<std::string>{"e_score_correction_bias",
-                                                          type == std::string("mimo_v2_flash") ? "mlp.gate.weight"
-                                                                                                : "gate.weight"});
+    CHECK(*t.strict_of(type) ==
+          std::vector<std::string>{"e_score_correction_bias",
+                                   type == std::string("mimo_v2_flash") ? "mlp.gate.weight" : "gate.weight"});
   }
   CHECK(*t.strict_of("deepseek_v2") == std::vector<std::string>{"gate.weight"});
   CHECK(*t.strict_of("ernie4_5_moe") == std::vector<std::string>{"e_score_correction_bias", "gate.weight"});
@@ -118,9 +118,10 @@ TEST_CASE("precision: the model's list keeps its tensors when --dtype narrows") 
     PrecisionPolicy p = policy(d, ds);
     INFO(torch_name(d));
     // A key the model schema holds: the schema's dtype, in on-disk names.
-    CHECK(p.reason(kBias) == std::string("transformers 5.24.0 DeepseekV3ForCausalLM (model_type deepseek_v3) keeps "
-                                         "model.layers.#.mlp.gate.e_score_correction_bias in float32 when it loads in ") +
-                                 (d == DType::BFloat16 ? "bfloat16" : "float16") + " (model schema)");
+    CHECK(p.reason(kBias) ==
+          std::string("transformers 5.24.0 DeepseekV3ForCausalLM (model_type deepseek_v3) keeps "
+                      "model.layers.#.mlp.gate.e_score_correction_bias in float32 when it loads in ") +
+              (d == DType::BFloat16 ? "bfloat16" : "float16") + " (model schema)");
     // The router's weight: float32 since transformers 5.24 (5.23 cast it).
     CHECK(p.reason("model.layers.1.mlp.gate.weight") ==
           std::string("transformers 5.24.0 DeepseekV3ForCausalLM (model_type deepseek_v3) keeps "
@@ -133,8 +134,9 @@ TEST_CASE("precision: the model's list keeps its tensors when --dtype narrows") 
   }
   // What transformers renames on load is kept under its on-disk name (hy_v3's mlp.expert_bias is
   // its in-memory e_score_correction_bias), which the lists alone do not match.
-  CHECK(policy(DType::BFloat16, json{{"model_type", "hy_v3"}}).reason("model.layers.1.mlp.expert_bias").find("(model schema)") !=
-        std::string::npos);
+  CHECK(policy(DType::BFloat16, json{{"model_type", "hy_v3"}})
+            .reason("model.layers.1.mlp.expert_bias")
+            .find("(model schema)") != std::string::npos);
   // Casting up loses nothing: transformers keeps nothing then, nor does dcpctl.
   CHECK(policy(DType::Float32, ds).reason(kBias).empty());
   CHECK(policy(DType::Float64, ds).reason(kBias).empty());
@@ -219,9 +221,9 @@ TEST_CASE("precision: key maps declare kept tensors on either side (keep_dtype)"
 }
 
 TEST_CASE("precision: the planner writes a kept tensor in its saved dtype, --cast-all casts it and says so") {
-  Checkpoint ck =
-      checkpoint({tensor(kBias, {4}, {{0, 4}}), tensor("model.layers.1.mlp.shared_experts.up_proj.weight", {4, 2}, {{0, 0, 4, 2}}),
-                  tensor("model.norm.weight", {2}, {{0, 2}}, DType::BFloat16)});
+  Checkpoint ck = checkpoint({tensor(kBias, {4}, {{0, 4}}),
+                              tensor("model.layers.1.mlp.shared_experts.up_proj.weight", {4, 2}, {{0, 0, 4, 2}}),
+                              tensor("model.norm.weight", {2}, {{0, 2}}, DType::BFloat16)});
   PrecisionPolicy p = policy(DType::BFloat16, json{{"model_type", "deepseek_v3"}});
   Target t;
   t.precision = &p;

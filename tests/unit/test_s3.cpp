@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "util/error.h"
 #include "store/s3.h"
+#include "util/error.h"
 
 using namespace dcpctl;
 using namespace dcpctl::s3;
@@ -243,9 +243,9 @@ TEST_CASE("s3 folders: sub-folders sorted by name whatever the server's CommonPr
   // "ckpt/" ('-' < '.' < '/'); SeaweedFS by name: "ckpt" < "ckpt-old" < "ckpt.bak". Either way
   // every sub-folder is found (a binary search over the server's order missed "ckpt" on AWS).
   Listing aws{{{"run/.metadata", 7}, {"run/", 0}},
-                      {"run/ckpt-old/", "run/ckpt.bak/", "run/ckpt/", "run/step 1/", "run/step-1/", "run/step/"}};
+              {"run/ckpt-old/", "run/ckpt.bak/", "run/ckpt/", "run/step 1/", "run/step-1/", "run/step/"}};
   Listing seaweed{{{"run/.metadata", 7}},
-                          {"run/ckpt/", "run/ckpt-old/", "run/ckpt.bak/", "run/step/", "run/step 1/", "run/step-1/"}};
+                  {"run/ckpt/", "run/ckpt-old/", "run/ckpt.bak/", "run/step/", "run/step 1/", "run/step-1/"}};
   for (const auto& listing : {aws, seaweed}) {
     Folder f = folder_of(listing, "run/");
     CHECK(f.dirs == std::vector<std::string>{"ckpt", "ckpt-old", "ckpt.bak", "step", "step 1", "step-1"});

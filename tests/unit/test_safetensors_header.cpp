@@ -39,9 +39,10 @@ std::string error_of(const std::string& header, size_t data) {
 
 TEST_CASE("safetensors header: entries, metadata and DCP sharding info as torch writes them") {
   // As HuggingFaceStorageWriter writes a rank's shard (keys in any order, __metadata__ anywhere).
-  std::string h = R"({"__metadata__":{"format":"pt","DCP_VERSION":"1.0","DCP_SHARDING_INFO":"{\"a.w\": {\"saved_offsets\": [4, 0]}, \"b\": {\"saved_offsets\": []}}"},)"
-                  R"("a.w":{"dtype":"BF16","shape":[3,2],"data_offsets":[0,12]},"b":{"dtype":"I64","shape":[],"data_offsets":[12,20]},)"
-                  R"("m":{"dtype":"BOOL","shape":[0,5],"data_offsets":[20,20]}})";
+  std::string h =
+      R"({"__metadata__":{"format":"pt","DCP_VERSION":"1.0","DCP_SHARDING_INFO":"{\"a.w\": {\"saved_offsets\": [4, 0]}, \"b\": {\"saved_offsets\": []}}"},)"
+      R"("a.w":{"dtype":"BF16","shape":[3,2],"data_offsets":[0,12]},"b":{"dtype":"I64","shape":[],"data_offsets":[12,20]},)"
+      R"("m":{"dtype":"BOOL","shape":[0,5],"data_offsets":[20,20]}})";
   SafetensorsHeader s = parse(h + "    ", 20);
   REQUIRE(s.tensors.size() == 3);
   CHECK(s.data_start == 8 + h.size() + 4);
@@ -70,8 +71,10 @@ TEST_CASE("safetensors header: every safetensors dtype maps to torch's") {
   SafetensorsHeader f4 = parse(R"({"x":{"dtype":"F4","shape":[3,8],"data_offsets":[0,12]}})", 12);
   CHECK(f4.tensors[0].dtype == DType::Float4_E2M1FN_X2);
   CHECK(f4.tensors[0].shape == std::vector<int64_t>{3, 4});
-  CHECK_THAT(error_of(R"({"x":{"dtype":"F4","shape":[3,7],"data_offsets":[0,11]}})", 11), Catch::Contains("must be even"));
-  CHECK_THAT(error_of(R"({"x":{"dtype":"F4","shape":[3,8],"data_offsets":[0,24]}})", 24), Catch::Contains("F4 of its shape needs 12"));
+  CHECK_THAT(error_of(R"({"x":{"dtype":"F4","shape":[3,7],"data_offsets":[0,11]}})", 11),
+             Catch::Contains("must be even"));
+  CHECK_THAT(error_of(R"({"x":{"dtype":"F4","shape":[3,8],"data_offsets":[0,24]}})", 24),
+             Catch::Contains("F4 of its shape needs 12"));
   // An unknown dtype is kept by name (the reader refuses to decode it later, exit 5).
   SafetensorsHeader s = parse(R"({"x":{"dtype":"Q9","shape":[2],"data_offsets":[0,7]}})", 7);
   CHECK(s.tensors[0].dtype_name == "Q9");
@@ -79,21 +82,28 @@ TEST_CASE("safetensors header: every safetensors dtype maps to torch's") {
 }
 
 TEST_CASE("safetensors header: hostile headers are refused with a reason") {
-  CHECK_THAT(error_of(R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 4), Catch::Contains("outside the data section"));
+  CHECK_THAT(error_of(R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 4),
+             Catch::Contains("outside the data section"));
   CHECK_THAT(error_of(R"({"x":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8), Catch::Contains("needs 12"));
   CHECK_THAT(error_of(R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})", 8), Catch::Contains("outside"));
   CHECK_THAT(error_of(R"({"x":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", 8), Catch::Contains("negative"));
   CHECK_THAT(error_of(R"({"x":{"dtype":"F32","shape":[4294967296,4294967296,16],"data_offsets":[0,8]}})", 8),
              Catch::Contains("overflows"));
   CHECK_THAT(error_of(R"({"x":{"dtype":"F32","shape":[2]}})", 8), Catch::Contains("lacks"));
-  CHECK_THAT(error_of(R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8,9]}})", 8), Catch::Contains("more than two"));
-  CHECK_THAT(error_of(R"({"x":{"dtype":"F32","shape":[[2]],"data_offsets":[0,8]}})", 8), Catch::Contains("unexpected array"));
-  CHECK_THAT(error_of(R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 8),
-             Catch::Contains("twice"));
+  CHECK_THAT(error_of(R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8,9]}})", 8),
+             Catch::Contains("more than two"));
+  CHECK_THAT(error_of(R"({"x":{"dtype":"F32","shape":[[2]],"data_offsets":[0,8]}})", 8),
+             Catch::Contains("unexpected array"));
+  CHECK_THAT(
+      error_of(
+          R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
+          8),
+      Catch::Contains("twice"));
   CHECK_THAT(error_of(R"([1,2,3])", 0), Catch::Contains("unexpected array"));
   CHECK_THAT(error_of(R"({"x":)", 0), Catch::Contains("JSON error"));
   CHECK_THAT(error_of(R"({"__metadata__":{"k":1}})", 0), Catch::Contains("unexpected number"));
-  CHECK_THAT(error_of(R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}} trailing)", 8), Catch::Contains("JSON error"));
+  CHECK_THAT(error_of(R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}} trailing)", 8),
+             Catch::Contains("JSON error"));
 
   // Lengths that lie: past the end, past the 100 MB cap, too short to hold the length itself.
   std::vector<uint8_t> b = image("{}", 0);
@@ -126,8 +136,10 @@ TEST_CASE("safetensors header: one parser, strict for the reader and lenient for
   CHECK(lenient.metadata.at("format") == "pt");
   // What is not the format's shape stops both modes.
   for (bool mode : {false, true}) {
-    CHECK_THAT(decode_safetensors_json(R"({"x":{"dtype":"F32","dtype":"F16","shape":[2],"data_offsets":[0,8]}})", mode).error,
-               Catch::Contains("two dtypes"));
-    CHECK_THAT(decode_safetensors_json(R"({"__metadata__":{"k":1}})", mode).error, Catch::Contains("unexpected number"));
+    CHECK_THAT(
+        decode_safetensors_json(R"({"x":{"dtype":"F32","dtype":"F16","shape":[2],"data_offsets":[0,8]}})", mode).error,
+        Catch::Contains("two dtypes"));
+    CHECK_THAT(decode_safetensors_json(R"({"__metadata__":{"k":1}})", mode).error,
+               Catch::Contains("unexpected number"));
   }
 }

@@ -59,9 +59,29 @@ TEST_CASE("parse_size: fractions are exact, fractions of a byte dropped") {
 }
 
 TEST_CASE("parse_size: refusals name the option and the text") {
-  for (const char* bad : {"", " ", "0", "0MiB", "0.5", "0.1B", "0.0001KB", "-1", "+1", "GB", "MiB", ".", "1XB", "4MiBs",
-                          "4 MiB 2", "1.2.3", "1e3", "0x10", "1,5GB", "18446744073709551616", "20000000000000000000",
-                          "16777216TiB", "1.0000000000000000001GiB"}) {
+  for (const char* bad : {"",
+                          " ",
+                          "0",
+                          "0MiB",
+                          "0.5",
+                          "0.1B",
+                          "0.0001KB",
+                          "-1",
+                          "+1",
+                          "GB",
+                          "MiB",
+                          ".",
+                          "1XB",
+                          "4MiBs",
+                          "4 MiB 2",
+                          "1.2.3",
+                          "1e3",
+                          "0x10",
+                          "1,5GB",
+                          "18446744073709551616",
+                          "20000000000000000000",
+                          "16777216TiB",
+                          "1.0000000000000000001GiB"}) {
     INFO(bad);
     CHECK_THROWS_AS(parse_size(bad, "--max-memory"), UsageError);
   }

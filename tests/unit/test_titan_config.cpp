@@ -19,7 +19,8 @@ using nlohmann::json;
 namespace {
 
 TitanJobConfig deepseek_job() {
-  std::ifstream f(std::string(DCPCTL_SOURCE_DIR) + "/tests/fixtures/layouts/titan_config_models/deepseek_v3_debugmodel.json");
+  std::ifstream f(std::string(DCPCTL_SOURCE_DIR) +
+                  "/tests/fixtures/layouts/titan_config_models/deepseek_v3_debugmodel.json");
   std::stringstream ss;
   ss << f.rdbuf();
   return {"out/job_config.json", {{"model_spec", json::parse(ss.str())}, {"checkpoint", {{"folder", "checkpoint"}}}}};
@@ -79,11 +80,27 @@ TEST_CASE("titan_config: DeepSeek-V3 rows agree, then each changed setting is na
   const json checked = check_titan_job_config(job, deepseek_config(), "cfg/config.json", rows);
   std::set<std::string> got;
   for (const json& c : checked) got.insert(c["config"].get<std::string>());
-  for (const char* f : {"hidden_size", "vocab_size", "num_hidden_layers", "num_attention_heads", "kv_lora_rank",
-                        "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "intermediate_size", "moe_intermediate_size",
-                        "n_routed_experts", "num_experts_per_tok", "norm_topk_prob", "routed_scaling_factor", "rms_norm_eps",
-                        "tie_word_embeddings", "rope_parameters.rope_theta", "rope_parameters.rope_type",
-                        "rope_parameters.factor", "rope_parameters.beta_fast", "rope_parameters.beta_slow",
+  for (const char* f : {"hidden_size",
+                        "vocab_size",
+                        "num_hidden_layers",
+                        "num_attention_heads",
+                        "kv_lora_rank",
+                        "qk_nope_head_dim",
+                        "qk_rope_head_dim",
+                        "v_head_dim",
+                        "intermediate_size",
+                        "moe_intermediate_size",
+                        "n_routed_experts",
+                        "num_experts_per_tok",
+                        "norm_topk_prob",
+                        "routed_scaling_factor",
+                        "rms_norm_eps",
+                        "tie_word_embeddings",
+                        "rope_parameters.rope_theta",
+                        "rope_parameters.rope_type",
+                        "rope_parameters.factor",
+                        "rope_parameters.beta_fast",
+                        "rope_parameters.beta_slow",
                         "rope_parameters.original_max_position_embeddings"})
     CHECK(got.count(f) == 1);
 

@@ -42,7 +42,7 @@ std::vector<uint8_t> bytes_of(const Rec& r) {
 }
 
 struct Written {
-  std::vector<uint8_t> bytes;  // streamed payloads left out
+  std::vector<uint8_t> bytes;                       // streamed payloads left out
   std::vector<std::pair<uint64_t, uint64_t>> gaps;  // (where in the archive, how long) for each left out
 };
 
@@ -51,14 +51,17 @@ Written torch_writes(const std::vector<Rec>& recs) {
   uint64_t pos = 0;
   auto z = torchlib::api().zip_writer(
       [&](const void* p, size_t n) {
-        if (!p && n) w.gaps.emplace_back(pos, n);
-        else w.bytes.insert(w.bytes.end(), static_cast<const uint8_t*>(p), static_cast<const uint8_t*>(p) + n);
+        if (!p && n)
+          w.gaps.emplace_back(pos, n);
+        else
+          w.bytes.insert(w.bytes.end(), static_cast<const uint8_t*>(p), static_cast<const uint8_t*>(p) + n);
         pos += n;
         return n;
       },
       Where("torch"));
   for (const Rec& r : recs) {
-    if (r.streamed) z->record(r.name, nullptr, r.size);  // miniz writes the metadata, CRC 0
+    if (r.streamed)
+      z->record(r.name, nullptr, r.size);  // miniz writes the metadata, CRC 0
     else {
       std::vector<uint8_t> d = bytes_of(r);
       z->record(r.name, d.data(), d.size());
@@ -97,7 +100,8 @@ void same_bytes(const std::vector<Rec>& recs) {
   CHECK(ours.gaps == theirs.gaps);
   REQUIRE(ours.bytes.size() == theirs.bytes.size());
   auto diff = std::mismatch(ours.bytes.begin(), ours.bytes.end(), theirs.bytes.begin());
-  INFO("first difference at byte " << (diff.first - ours.bytes.begin()) << " (of the archive less its streamed payloads)");
+  INFO("first difference at byte " << (diff.first - ours.bytes.begin())
+                                   << " (of the archive less its streamed payloads)");
   CHECK(diff.first == ours.bytes.end());
 }
 
@@ -138,7 +142,8 @@ TEST_CASE("torch zip writer: zip64 sizes, offsets and counts, as torch's writer 
   same_bytes(many);
 }
 
-TEST_CASE("torch zip writer: every torch.save archive of the fixtures, rewritten record for record, is the same bytes") {
+TEST_CASE(
+    "torch zip writer: every torch.save archive of the fixtures, rewritten record for record, is the same bytes") {
   // Each archive real torch wrote (DCP items, .pt files) is read with dcpctl's reader and written
   // again with its records in the same order: the bytes must be torch's, serialization id included.
   std::vector<FixtureArchive> archives = fixture_archives();
@@ -150,8 +155,11 @@ TEST_CASE("torch zip writer: every torch.save archive of the fixtures, rewritten
     TorchZip zip(src, Where(what));
     std::vector<uint8_t> out;
     std::string folder = dir.folder().substr(0, dir.folder().size() - 1);
-    TorchZipWriter w([&](const void* p, size_t n) { out.insert(out.end(), static_cast<const uint8_t*>(p), static_cast<const uint8_t*>(p) + n); },
-                     folder);
+    TorchZipWriter w(
+        [&](const void* p, size_t n) {
+          out.insert(out.end(), static_cast<const uint8_t*>(p), static_cast<const uint8_t*>(p) + n);
+        },
+        folder);
     for (const std::string& name : zip.records()) {
       if (name == ".data/serialization_id") continue;  // computed by the writer, last
       RecordLocation loc = zip.locate(name);

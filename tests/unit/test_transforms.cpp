@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "item/transforms.h"
-#include "util/error.h"
 #include "store/source.h"
+#include "util/error.h"
 
 using namespace dcpctl;
 

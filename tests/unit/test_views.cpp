@@ -17,9 +17,9 @@
 #include "plan/memory.h"
 #include "plan/plan.h"
 #include "util/dtype.h"
+#include "util/error.h"
 #include "view/codecs/dequantize.h"
 #include "view/kernels.h"
-#include "util/error.h"
 #include "view/model.h"
 
 using namespace dcpctl;
@@ -226,6 +226,7 @@ TEST_CASE("views: the model's config.json is read once per file, and each reader
   CHECK_THROWS_AS(ModelConfig().map(ck.dir), UsageError);
   CHECK(ModelConfig().policy(ck).json.is_null());
   CHECK_THROWS_AS(ModelConfig(root + "/none.json", "").map(ck.dir), UsageError);
-  for (const char* f : {"/run/sharded/config.json", "/assets/config.json", "/given.json"}) std::remove((root + f).c_str());
+  for (const char* f : {"/run/sharded/config.json", "/assets/config.json", "/given.json"})
+    std::remove((root + f).c_str());
   for (const char* d : {"/run/sharded", "/run", "/assets", ""}) rmdir((root + d).c_str());
 }

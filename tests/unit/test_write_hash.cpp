@@ -9,9 +9,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
-#include <cstdlib>
 #include <random>
 #include <string>
 #include <thread>
@@ -80,7 +80,8 @@ TEST_CASE("write hash: appends in order are hashed as written", "[write_hash]") 
   const std::vector<uint8_t> bytes = random_bytes(3 << 20, 11);
   const std::string path = dir.path + "/a.bin";
   OutputFile out(path);
-  for (size_t at = 0; at < bytes.size(); at += 100003) out.append(bytes.data() + at, std::min<size_t>(100003, bytes.size() - at));
+  for (size_t at = 0; at < bytes.size(); at += 100003)
+    out.append(bytes.data() + at, std::min<size_t>(100003, bytes.size() - at));
   Recorded r = commit_and_look(out, path);
   CHECK(r.sha256 == file_sha256(path));
   CHECK(r.read_back == 0);
@@ -94,7 +95,8 @@ TEST_CASE("write hash: staged appends past the page cache are hashed as written"
   OutputFile out(path);
   out.append(bytes.data(), 1000);
   out.stage_appends(1 << 20);
-  for (size_t at = 1000; at < bytes.size(); at += 65537) out.append(bytes.data() + at, std::min<size_t>(65537, bytes.size() - at));
+  for (size_t at = 1000; at < bytes.size(); at += 65537)
+    out.append(bytes.data() + at, std::min<size_t>(65537, bytes.size() - at));
   Recorded r = commit_and_look(out, path);
   CHECK(r.sha256 == file_sha256(path));
   CHECK(r.read_back == 0);
@@ -127,7 +129,10 @@ TEST_CASE("write hash: direct writes from several threads", "[write_hash]") {
       std::vector<uint8_t> buf(piece + 2 * kDirectAlign);
       for (size_t i = lane; i * piece < bytes.size(); i += 3) {
         const size_t at = i * piece, n = std::min(piece, bytes.size() - at);
-        uint8_t* q = direct_place(reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(buf.data()) + kDirectAlign - 1) / kDirectAlign * kDirectAlign), at);
+        uint8_t* q =
+            direct_place(reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(buf.data()) + kDirectAlign - 1) /
+                                                    kDirectAlign * kDirectAlign),
+                         at);
         std::copy(bytes.begin() + at, bytes.begin() + at + n, q);
         out.pwrite_direct(q, n, at);
       }
@@ -262,7 +267,8 @@ TEST_CASE("tensor hash: a file written twice, or a part past the budget, is read
   }
 }
 
-TEST_CASE("write hash: a write let go is read back as soon as the prefix reaches it, and the prefix goes on", "[write_hash]") {
+TEST_CASE("write hash: a write let go is read back as soon as the prefix reaches it, and the prefix goes on",
+          "[write_hash]") {
   TempDir dir;
   HashWrites on(true, ManifestAlgorithm::Sha256);
   const std::vector<uint8_t> bytes = random_bytes(3 << 20, 21);
@@ -391,7 +397,8 @@ std::string file_crc_hex(const std::string& path) {
 
 }  // namespace
 
-TEST_CASE("crc write hash: writes in any order from several threads are joined, and nothing is read back", "[write_hash]") {
+TEST_CASE("crc write hash: writes in any order from several threads are joined, and nothing is read back",
+          "[write_hash]") {
   TempDir dir;
   HashWrites on(true);  // CRC-32 by default
   REQUIRE(hashing_algorithm() == ManifestAlgorithm::Crc32);
@@ -443,7 +450,8 @@ TEST_CASE("crc write hash: a range written twice makes the whole file read back"
   CHECK(r.read_back == bytes.size());
 }
 
-TEST_CASE("crc tensor hash: parts in two files out of order are joined, and a file written twice is read back", "[write_hash]") {
+TEST_CASE("crc tensor hash: parts in two files out of order are joined, and a file written twice is read back",
+          "[write_hash]") {
   const std::vector<uint8_t> p0 = random_bytes(300000, 5), p1 = random_bytes(200000, 6);
   {
     TempDir dir;

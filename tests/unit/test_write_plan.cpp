@@ -60,7 +60,8 @@ class MemoryChunks final : public ChunkSource {
     std::vector<int64_t> idx(b.offsets);
     for (uint64_t n = 0; n < b.numel(); ++n) {
       uint64_t flat = 0;
-      for (size_t d = 0; d < idx.size(); ++d) flat = flat * static_cast<uint64_t>(t_.shape[d]) + static_cast<uint64_t>(idx[d]);
+      for (size_t d = 0; d < idx.size(); ++d)
+        flat = flat * static_cast<uint64_t>(t_.shape[d]) + static_cast<uint64_t>(idx[d]);
       out.push_back(full_[flat]);
       for (size_t d = idx.size(); d-- > 0;) {
         if (++idx[d] < b.offsets[d] + b.sizes[d]) break;
@@ -84,9 +85,9 @@ class MemoryChunks final : public ChunkSource {
 TEST_CASE("pieces: is_run allows leading unit dims, then one partial dim, then full dims") {
   std::vector<int64_t> shape{4, 6, 8};
   CHECK(is_run(box({0, 0, 0}, {4, 6, 8}), shape));
-  CHECK(is_run(box({1, 0, 0}, {2, 6, 8}), shape));   // dim-0 shard
-  CHECK(is_run(box({1, 2, 0}, {1, 3, 8}), shape));   // one row-block inside one dim-0 slice
-  CHECK(is_run(box({1, 2, 5}, {1, 1, 3}), shape));   // part of one innermost row
+  CHECK(is_run(box({1, 0, 0}, {2, 6, 8}), shape));        // dim-0 shard
+  CHECK(is_run(box({1, 2, 0}, {1, 3, 8}), shape));        // one row-block inside one dim-0 slice
+  CHECK(is_run(box({1, 2, 5}, {1, 1, 3}), shape));        // part of one innermost row
   CHECK_FALSE(is_run(box({0, 0, 0}, {2, 3, 8}), shape));  // dim-1 split over two dim-0 slices
   CHECK_FALSE(is_run(box({0, 0, 0}, {4, 6, 4}), shape));  // a column split
   CHECK(is_run(box({}, {}), {}));                         // 0-d
@@ -210,7 +211,7 @@ TEST_CASE("plan: consolidated records, the streaming decision and the safetensor
   CHECK((r0.runs && r0.streams));
   CHECK((!r1.runs && !r1.streams));
   CHECK((r2.runs && !r2.streams));  // a zstd chunk is decoded, not read in place
-  CHECK_FALSE(r3.streams);            // an empty tensor is stored, not streamed
+  CHECK_FALSE(r3.streams);          // an empty tensor is stored, not streamed
   // Offsets in the one file, in order.
   REQUIRE(plan.files.size() == 1);
   CHECK(plan.files[0].name == "model.safetensors");
@@ -242,11 +243,12 @@ TEST_CASE("plan: consolidated records, the streaming decision and the safetensor
   WritePlan cast = plan_write(ck, {}, DType::BFloat16, st);
   CHECK(cast.total_bytes == 192);
   CHECK(cast.records[0].need == 16 * (4 + 2));  // a window of the 16 elements and their cast
-  CHECK(cast.records[0].streams);  // a cast record still streams (cast a window at a time)
+  CHECK(cast.records[0].streams);               // a cast record still streams (cast a window at a time)
 }
 
 TEST_CASE("plan: HF shards split at --max-shard-size, whole records only") {
-  Checkpoint ck = checkpoint({tensor("a", {10}, {{0, 10}}), tensor("b", {10}, {{0, 10}}), tensor("c", {30}, {{0, 30}})});
+  Checkpoint ck =
+      checkpoint({tensor("a", {10}, {{0, 10}}), tensor("b", {10}, {{0, 10}}), tensor("c", {30}, {{0, 30}})});
   Target hf;
   hf.format = &formats::hf_folder;
   hf.max_shard_size = 80;  // bytes: a and b (40 each) fit together, c (120) alone
@@ -331,7 +333,8 @@ TEST_CASE("plan: budgets, the in-place probe and refusals before any write") {
   WritePlan bf = plan_write(ck, {}, DType::BFloat16, st_small);
   CHECK(bf.records[0].window_elems == (64 << 10) / 6);
   CHECK(bf.records[0].need == (64 << 10) / 6 * 6);
-  CHECK(plan_write(ck, {}, std::nullopt, Target{}).records[0].window_elems == (512 << 10) / 4);  // the chunk, under 64 MiB
+  CHECK(plan_write(ck, {}, std::nullopt, Target{}).records[0].window_elems ==
+        (512 << 10) / 4);  // the chunk, under 64 MiB
 
   // Refusals: a hole, a dtype safetensors cannot hold, an unknown dtype.
   Checkpoint holed = checkpoint({tensor("h", {8}, {{0, 4}})});
@@ -357,7 +360,8 @@ TEST_CASE("assemble: boxes from row and column shards, through an ordered and an
                                 tensor("v", {8, 6}, {{4, 0, 4, 6}, {0, 0, 4, 6}})};
   for (const TensorMeta& t : ts) {
     for (bool ordered : {false, true}) {
-      for (const Box& target : {box({0, 0}, {3, 6}), box({3, 0}, {3, 6}), box({6, 0}, {2, 6}), whole_box(t), box({2, 1}, {4, 4})}) {
+      for (const Box& target :
+           {box({0, 0}, {3, 6}), box({3, 0}, {3, 6}), box({6, 0}, {2, 6}), whole_box(t), box({2, 1}, {4, 4})}) {
         CAPTURE(t.fqn, ordered, target.offsets, target.sizes);
         MemoryChunks src(t, ordered);
         std::vector<Piece> pieces = plan_pieces(t, target);

@@ -41,10 +41,14 @@ TEST_CASE("pickler: integers use CPython's encodings, byte for byte") {
   Pickler p(2);
   p.empty_list();
   p.mark();
-  for (int64_t v : {int64_t(0), int64_t(255), int64_t(256), int64_t(65536), int64_t(-1), int64_t(1) << 31, INT64_MIN}) p.integer(v);
+  for (int64_t v : {int64_t(0), int64_t(255), int64_t(256), int64_t(65536), int64_t(-1), int64_t(1) << 31, INT64_MIN})
+    p.integer(v);
   p.appends();
   p.stop();
-  CHECK(hex(p.data()) == "80025d284b004bff4d00014a000001004affffffff8a05000000800" "08a0800000000000000806" "52e");
+  CHECK(hex(p.data()) ==
+        "80025d284b004bff4d00014a000001004affffffff8a05000000800"
+        "08a0800000000000000806"
+        "52e");
 }
 
 TEST_CASE("pickler: values read back through the VM, strings and globals memoized") {
@@ -85,7 +89,11 @@ TEST_CASE("pickler: values read back through the VM, strings and globals memoize
   Pickler p(2);
   p.str("k", true);
   p.str("k", true);
-  CHECK(hex(p.data()) == "8002" "58010000006b" "7100" "6800");
+  CHECK(hex(p.data()) ==
+        "8002"
+        "58010000006b"
+        "7100"
+        "6800");
 }
 
 TEST_CASE("pickler: value() re-emits a decoded tree that decodes the same") {

@@ -193,8 +193,9 @@ TEST_CASE("zip directory: a damaged directory torch's reader refuses is refused"
   size_t refused = 0, stricter = 0, flips = 0;
   for (const std::vector<uint8_t>& base : bases) {
     const uint64_t end = base.size() - 22;
-    const uint64_t dir = le32(base.data() + end + 16) == 0xFFFFFFFF ? le64(base.data() + base.size() - 22 - 20 - 56 + 48)
-                                                                    : le32(base.data() + end + 16);
+    const uint64_t dir = le32(base.data() + end + 16) == 0xFFFFFFFF
+                             ? le64(base.data() + base.size() - 22 - 20 - 56 + 48)
+                             : le32(base.data() + end + 16);
     // From the last record's header (the version record's neighbourhood) to the end.
     const uint64_t from = dir > 200 ? dir - 200 : 0;
     for (uint64_t pos = from; pos < base.size(); ++pos) {
@@ -219,8 +220,8 @@ TEST_CASE("zip directory: a damaged directory torch's reader refuses is refused"
     }
   }
   CHECK(refused > flips / 4);  // the sweep reaches what torch's reader checks
-  UNSCOPED_INFO("zip directory sweep: " << flips << " flips, torch refused " << refused << ", dcpctl also refused " << stricter
-                               << " torch read");
+  UNSCOPED_INFO("zip directory sweep: " << flips << " flips, torch refused " << refused << ", dcpctl also refused "
+                                        << stricter << " torch read");
 }
 
 TEST_CASE("zip directory: hostile ends are refused within bounds") {
@@ -236,7 +237,8 @@ TEST_CASE("zip directory: hostile ends are refused within bounds") {
   };
   // Cut anywhere: no end record at the end.
   for (size_t n : {size_t{0}, size_t{21}, a.size() / 2, a.size() - 1})
-    CHECK(refused(std::vector<uint8_t>(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(n))).find("x.distcp") != std::string::npos);
+    CHECK(refused(std::vector<uint8_t>(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(n))).find("x.distcp") !=
+          std::string::npos);
   // A directory claimed larger than the archive (the zip64 end record's size, which torch's writer
   // always adds and both readers take): refused before any allocation.
   for (uint64_t claim : {uint64_t{1} << 40, uint64_t{ZipDirectory::kMaxCentralDirectory} + 1, ~uint64_t{0}}) {

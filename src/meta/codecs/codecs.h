@@ -50,8 +50,8 @@ struct CodecRow {
 };
 
 struct Codec {
-  const char* name;          // "fp8-block", "mxfp4", "F4"
-  const char* quant_method;  // quantization_config.quant_method that names it: "fp8", "mxfp4"; "" none
+  const char* name;           // "fp8-block", "mxfp4", "F4"
+  const char* quant_method;   // quantization_config.quant_method that names it: "fp8", "mxfp4"; "" none
   const char* weight_suffix;  // the weight's name: X + weight_suffix ("": X itself)
   const char* scale_suffix;   // the scale's name beside it: X + scale_suffix
   std::vector<CodecRow> rows;
@@ -83,7 +83,8 @@ struct Codec {
   std::string (*written_summary)(const int64_t block[2]) = nullptr;
   // quantization_config as --quantize writes it (block: --quantize-block; not_convert: the modules
   // kept), in the key order the releases use.
-  nlohmann::json (*written_config)(const CodecRow& row, const int64_t block[2], const nlohmann::json& not_convert) = nullptr;
+  nlohmann::json (*written_config)(const CodecRow& row, const int64_t block[2],
+                                   const nlohmann::json& not_convert) = nullptr;
   // Files --quantize writes beside config.json, made from the quantization_config written (name,
   // text): ModelOpt's hf_quant_config.json. Null: none.
   std::vector<std::pair<std::string, std::string>> (*written_files)(const nlohmann::json& config) = nullptr;
@@ -94,7 +95,7 @@ struct Codec {
   // reads the format builds each weight's bound with it. Null: no bound implemented (auditing such
   // an export is refused, naming `display` and the weight).
   double (*half_step)(double q) = nullptr;
-  const char* display = "";  // in messages: "block-scaled float8", "MXFP4"
+  const char* display = "";           // in messages: "block-scaled float8", "MXFP4"
   const char* scale_is = "scale is";  // in messages: "this one's scale is", "scales are"
 
   // The row of weight dtype `weight` beside scale dtype `scale`, or null.

@@ -21,10 +21,10 @@ std::string ctblock_summary(const int64_t*) {
 }
 
 json ctblock_config(const CodecRow&, const int64_t*, const json& ignore) {
-  const json weights = {{"block_structure", {128, 128}}, {"dynamic", false}, {"group_size", nullptr}, {"num_bits", 8},
+  const json weights = {{"block_structure", {128, 128}}, {"dynamic", false},  {"group_size", nullptr}, {"num_bits", 8},
                         {"strategy", "block"},           {"symmetric", true}, {"type", "float"}};
-  const json input = {{"dynamic", true}, {"group_size", 128}, {"num_bits", 8},     {"strategy", "group"},
-                      {"symmetric", true}, {"type", "float"}};
+  const json input = {{"dynamic", true},     {"group_size", 128}, {"num_bits", 8},
+                      {"strategy", "group"}, {"symmetric", true}, {"type", "float"}};
   return ct_written_config("float-quantized", weights, input, ignore);
 }
 

@@ -23,10 +23,10 @@ std::string fp8dyn_summary(const int64_t*) {
 }
 
 json fp8dyn_config(const CodecRow&, const int64_t*, const json& ignore) {
-  const json weights = {{"dynamic", false}, {"group_size", nullptr}, {"num_bits", 8},     {"strategy", "channel"},
-                        {"symmetric", true}, {"type", "float"}};
-  const json input = {{"dynamic", true}, {"group_size", nullptr}, {"num_bits", 8},     {"strategy", "token"},
-                      {"symmetric", true}, {"type", "float"}};
+  const json weights = {{"dynamic", false},      {"group_size", nullptr}, {"num_bits", 8},
+                        {"strategy", "channel"}, {"symmetric", true},     {"type", "float"}};
+  const json input = {{"dynamic", true},     {"group_size", nullptr}, {"num_bits", 8},
+                      {"strategy", "token"}, {"symmetric", true},     {"type", "float"}};
   return ct_written_config("float-quantized", weights, input, ignore);
 }
 

@@ -26,12 +26,13 @@ std::string mxfp8_summary(const int64_t*) {
   return " (compressed-tensors mxfp8-quantized: e4m3 beside a uint8 E8M0 weight_scale per 32 values)";
 }
 std::string ctmxfp4_summary(const int64_t*) {
-  return " (compressed-tensors mxfp4-pack-quantized: E2M1 pairs in weight_packed beside a uint8 E8M0 weight_scale per 32 "
+  return " (compressed-tensors mxfp4-pack-quantized: E2M1 pairs in weight_packed beside a uint8 E8M0 weight_scale per "
+         "32 "
          "values)";
 }
 
 json mx_weights(int bits) {
-  return {{"dynamic", false},  {"group_size", 32}, {"num_bits", bits}, {"scale_dtype", "torch.uint8"},
+  return {{"dynamic", false},    {"group_size", 32},  {"num_bits", bits}, {"scale_dtype", "torch.uint8"},
           {"strategy", "group"}, {"symmetric", true}, {"type", "float"}};
 }
 json mxfp8_config(const CodecRow&, const int64_t*, const json& ignore) {

@@ -29,8 +29,9 @@ std::string nvfp4_summary(const int64_t*) {
 }
 
 json nvfp4_config(const CodecRow&, const int64_t*, const json& ignore) {
-  const json weights = {{"dynamic", false},   {"group_size", 16},  {"num_bits", 4},   {"scale_dtype", "torch.float8_e4m3fn"},
-                        {"strategy", "tensor_group"}, {"symmetric", true}, {"type", "float"}};
+  const json weights = {
+      {"dynamic", false},           {"group_size", 16},  {"num_bits", 4},  {"scale_dtype", "torch.float8_e4m3fn"},
+      {"strategy", "tensor_group"}, {"symmetric", true}, {"type", "float"}};
   return ct_written_config("nvfp4-pack-quantized", weights, nullptr, ignore);
 }
 

@@ -27,15 +27,16 @@ using nlohmann::json;
 namespace {
 
 std::string w4a16_summary(const int64_t* block) {
-  return " (compressed-tensors pack-quantized: symmetric INT4 in int32 weight_packed beside a weight_scale in the model's "
+  return " (compressed-tensors pack-quantized: symmetric INT4 in int32 weight_packed beside a weight_scale in the "
+         "model's "
          "dtype per " +
          std::to_string(block[1]) + " values and weight_shape)";
 }
 
 // block[1]: the group (--quantize-group).
 json w4a16_config(const CodecRow&, const int64_t* block, const json& ignore) {
-  const json weights = {{"dynamic", false}, {"group_size", block[1]}, {"num_bits", 4},
-                        {"strategy", "group"}, {"symmetric", true},    {"type", "int"}};
+  const json weights = {{"dynamic", false},    {"group_size", block[1]}, {"num_bits", 4},
+                        {"strategy", "group"}, {"symmetric", true},      {"type", "int"}};
   return ct_written_config("pack-quantized", weights, nullptr, ignore);
 }
 

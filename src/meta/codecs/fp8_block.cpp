@@ -40,7 +40,8 @@ std::vector<std::pair<uint32_t, uint32_t>> fp8_pairs(const Metadata& md, const N
 }
 
 std::string fp8_summary(const int64_t block[2]) {
-  return " (" + std::to_string(block[0]) + "x" + std::to_string(block[1]) + " blocks, each beside its weight_scale_inv)";
+  return " (" + std::to_string(block[0]) + "x" + std::to_string(block[1]) +
+         " blocks, each beside its weight_scale_inv)";
 }
 
 json fp8_config(const CodecRow& row, const int64_t block[2], const json& not_convert) {

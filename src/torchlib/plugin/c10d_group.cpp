@@ -22,8 +22,12 @@ namespace dcpctl {
 
 namespace {
 
-std::vector<uint8_t> bytes_of(const std::string& s) { return {s.begin(), s.end()}; }
-std::string string_of(const std::vector<uint8_t>& v) { return {v.begin(), v.end()}; }
+std::vector<uint8_t> bytes_of(const std::string& s) {
+  return {s.begin(), s.end()};
+}
+std::string string_of(const std::vector<uint8_t>& v) {
+  return {v.begin(), v.end()};
+}
 
 // The first line of a c10d/Gloo message, without Gloo's boilerplate advice.
 std::string first_line(std::string s) {
@@ -139,8 +143,8 @@ class StoreGroup final : public Group {
     try {
       store_ = c10::make_intrusive<c10d::TCPStore>(e.master_addr, opts);
     } catch (const std::exception& ex) {
-      throw IoError(Where(), "rank " + std::to_string(e.rank) + ": cannot reach the c10d store at " + e.master_addr + ":" +
-                                 std::to_string(e.master_port) + ": " + first_line(ex.what()));
+      throw IoError(Where(), "rank " + std::to_string(e.rank) + ": cannot reach the c10d store at " + e.master_addr +
+                                 ":" + std::to_string(e.master_port) + ": " + first_line(ex.what()));
     }
     prefix_ = "dcpctl/" + std::to_string(e.restart_count) + "/";
   }
@@ -178,7 +182,10 @@ class StoreGroup final : public Group {
         std::string d = get("agree/" + what + "/" + std::to_string(r), r);
         if (d != digest) bad += (bad.empty() ? "" : ", ") + std::to_string(r);
       }
-      announce("agree/" + what, bad.empty() ? "" : "rank(s) " + bad + " were given a different command or see a different checkpoint than rank 0",
+      announce("agree/" + what,
+               bad.empty()
+                   ? ""
+                   : "rank(s) " + bad + " were given a different command or see a different checkpoint than rank 0",
                ExitCode::usage);
     }
     await_impl("agree/" + what, true);
@@ -221,8 +228,9 @@ class StoreGroup final : public Group {
 #if DCPCTL_HAVE_GLOO
         transport_ = std::make_unique<GlooTransport>(store, rank(), size(), ms);
 #else
-        error = "this dcpctl was built without Gloo's headers (tools/dev.sh setup fetches them); "
-                "rebuild, or use --backend nccl";
+        error =
+            "this dcpctl was built without Gloo's headers (tools/dev.sh setup fetches them); "
+            "rebuild, or use --backend nccl";
 #endif
       }
     } catch (const std::exception& ex) {
@@ -240,8 +248,8 @@ class StoreGroup final : public Group {
     }
     for (int r = 0; r < size(); ++r)
       if (r != rank() && get("transport/" + std::to_string(r), r) != "up")
-        throw IoError(Where(), "rank " + std::to_string(rank()) + ": rank " + std::to_string(r) + " could not open the " +
-                                   backend_name() + " process group");
+        throw IoError(Where(), "rank " + std::to_string(rank()) + ": rank " + std::to_string(r) +
+                                   " could not open the " + backend_name() + " process group");
   }
 
   void send(int dst, uint32_t tag, const void* data, uint64_t n) override {
@@ -252,8 +260,12 @@ class StoreGroup final : public Group {
     transfer("receiving " + std::to_string(n) + " bytes from", src, [&] { transport().recv(src, tag, data, n); });
   }
 
-  std::string backend_name() const override { return backend_ == Backend::Nccl ? "nccl" : "gloo"; }
-  bool tagged() override { return transport().has_tags(); }
+  std::string backend_name() const override {
+    return backend_ == Backend::Nccl ? "nccl" : "gloo";
+  }
+  bool tagged() override {
+    return transport().has_tags();
+  }
   void abort_transfers() override {
     if (transport_) transport_->abort();
   }
@@ -268,9 +280,9 @@ class StoreGroup final : public Group {
       throw;
     } catch (const std::exception& ex) {
       explain_transport_failure();
-      throw IoError(Where(), "rank " + std::to_string(rank()) + ": " + what + " rank " + std::to_string(peer) + " failed (" +
-                                 backend_name() + "): " + first_line(ex.what()) + "; rank " + std::to_string(peer) +
-                                 " died or hung (see --timeout)");
+      throw IoError(Where(), "rank " + std::to_string(rank()) + ": " + what + " rank " + std::to_string(peer) +
+                                 " failed (" + backend_name() + "): " + first_line(ex.what()) + "; rank " +
+                                 std::to_string(peer) + " died or hung (see --timeout)");
     }
   }
 
@@ -311,8 +323,10 @@ class StoreGroup final : public Group {
     if (!h) {
       const char* e = ::dlerror();
       if (why.empty()) why = e ? e : "?";
-      throw std::runtime_error(std::string(kNcclPlugin) + " is not available (this build has no CUDA/NCCL support, "
-                               "or it cannot load: " + why + ")");
+      throw std::runtime_error(std::string(kNcclPlugin) +
+                               " is not available (this build has no CUDA/NCCL support, "
+                               "or it cannot load: " +
+                               why + ")");
     }
     auto make = reinterpret_cast<MakeTransportFn>(::dlsym(h, kNcclEntry));
     if (!make) throw std::runtime_error(std::string(kNcclPlugin) + " lacks " + kNcclEntry);
@@ -367,7 +381,8 @@ class StoreGroup final : public Group {
 
 }  // namespace
 
-std::unique_ptr<Group> torchlib::connect_store_group(const LaunchEnv& env, std::chrono::seconds timeout, Backend backend) {
+std::unique_ptr<Group> torchlib::connect_store_group(const LaunchEnv& env, std::chrono::seconds timeout,
+                                                     Backend backend) {
   return std::make_unique<StoreGroup>(env, timeout, backend);
 }
 

@@ -1,8 +1,8 @@
 // libdcpctl_torch.so: the LibTorch side of torchlib.h. Only caffe2's zip reader and writer are
 // here (and, in torchlib/plugin/c10d_group.cpp, c10d's process group); dcpctl's own logic stays out of the plugin.
+#include <c10/util/Exception.h>
 #include <caffe2/serialize/inline_container.h>
 #include <caffe2/serialize/read_adapter_interface.h>
-#include <c10/util/Exception.h>
 
 #include <algorithm>
 #include <exception>
@@ -51,8 +51,10 @@ class TorchZipIndex final : public ZipIndex {
  public:
   TorchZipIndex(std::shared_ptr<const ByteSource> src, const Where& where)
       : adapter_(std::make_shared<Adapter>(std::move(src))), where_(where) {
-    guarded("item is not a readable torch.save archive",
-            [&] { reader_ = std::make_unique<caffe2::serialize::PyTorchStreamReader>(adapter_); return 0; });
+    guarded("item is not a readable torch.save archive", [&] {
+      reader_ = std::make_unique<caffe2::serialize::PyTorchStreamReader>(adapter_);
+      return 0;
+    });
   }
   std::vector<std::string> records() override {
     return guarded("cannot list the item's records", [&] { return reader_->getAllRecords(); });

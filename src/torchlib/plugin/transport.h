@@ -33,8 +33,8 @@ class Transport {
 // c10::intrusive_ptr<c10d::Store>*), for `rank` of `size`, GPU `local_rank`. Returns nullptr and
 // fills `error` (NUL-terminated, `error_size` bytes) on failure; an error that starts with
 // "unsupported: " means this machine cannot run the backend (no GPU for the rank).
-using MakeTransportFn = Transport* (*)(void* store, int rank, int size, int local_rank, int64_t timeout_ms,
-                                       char* error, uint64_t error_size);
+using MakeTransportFn = Transport* (*)(void* store, int rank, int size, int local_rank, int64_t timeout_ms, char* error,
+                                       uint64_t error_size);
 inline constexpr const char* kNcclPlugin = "libdcpctl_nccl.so";
 inline constexpr const char* kNcclEntry = "dcpctl_make_nccl_transport";
 

@@ -6,14 +6,18 @@
 
 #include "meta/geometry.h"
 #include "util/error.h"
-#include "view/codecs/rows.h"
 #include "view/codecs/quantized.h"
+#include "view/codecs/rows.h"
 
 namespace dcpctl {
 
 ElementBound::ElementBound(const std::string& path, const Codec& codec, const TensorMeta& weight, ScaleGrid grid,
                            double (*half_step)(double), double rounding, double floor, std::string rule)
-    : codec_(&codec), grid_(std::move(grid)), half_step_(half_step), rounding_(rounding), floor_(floor),
+    : codec_(&codec),
+      grid_(std::move(grid)),
+      half_step_(half_step),
+      rounding_(rounding),
+      floor_(floor),
       rule_(std::move(rule)) {
   const std::vector<int64_t>& w = weight.shape;
   const TensorMeta& s = grid_.scale;

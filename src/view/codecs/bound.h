@@ -28,8 +28,8 @@
 #include <vector>
 
 #include "meta/codecs/codecs.h"
-#include "meta/metadata.h"
 #include "meta/derived.h"
+#include "meta/metadata.h"
 
 namespace dcpctl {
 
@@ -90,7 +90,8 @@ class ElementBound {
     double l = rounding_ * (ax + ad) + ax * 0x1p-20 + floor_;
     if (s > 0) {
       l += s * half_step_(dq / s) * (1 + 0x1p-10);
-      if (top_ > 0 && ad >= top_ * s * (1 - 2 * rounding_ - 0x1p-20) && ax > ad && (x < 0) == (dq < 0)) l += top_extra_ * s;
+      if (top_ > 0 && ad >= top_ * s * (1 - 2 * rounding_ - 0x1p-20) && ax > ad && (x < 0) == (dq < 0))
+        l += top_extra_ * s;
     }
     return l;
   }

@@ -17,10 +17,10 @@
 
 #include "meta/checkpoint.h"
 #include "meta/codecs/codecs.h"
-#include "view/codecs/bound.h"
 #include "meta/derived.h"
-#include "view/codecs/quantized.h"
+#include "view/codecs/bound.h"
 #include "view/codecs/quantize.h"
+#include "view/codecs/quantized.h"
 
 namespace dcpctl {
 
@@ -45,7 +45,8 @@ struct CodecView {
                   const QuantConfig& qc) = nullptr;
   // --dtype: weight `w` beside scale `s` (a pair codec->pairs found) read as float32; throws
   // (naming the tensor) what it cannot decode.
-  DecodedTensor (*decode)(const Checkpoint& ck, const TensorMeta& w, const TensorMeta& s, const QuantConfig& qc) = nullptr;
+  DecodedTensor (*decode)(const Checkpoint& ck, const TensorMeta& w, const TensorMeta& s,
+                          const QuantConfig& qc) = nullptr;
   // What the dequantize view's --json calls the number of them: "weights", "mxfp4".
   const char* said = "";
   // --quantize codec->quantize_word: the checkpoint with its weights encoded.

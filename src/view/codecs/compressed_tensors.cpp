@@ -94,7 +94,7 @@ Scheme scheme_of(const Checkpoint& ck, const std::string& weight, const std::str
 // The bound of decoded weight `v` in compressed-tensors form `form` (the codec that writes it, where
 // dcpctl does).
 std::shared_ptr<ElementBound> ct_bound(const Checkpoint& ck, const Codec& form, const TensorMeta& v, ScaleGrid g,
-                                             double (*half_step)(double), double rounding, const std::string& rule) {
+                                       double (*half_step)(double), double rounding, const std::string& rule) {
   return std::make_shared<ElementBound>(ck.metadata_path, form, v, std::move(g), half_step, rounding, 0.0, rule);
 }
 
@@ -246,11 +246,12 @@ DecodedTensor decode_ct_packed(CtWeight& in) {
   // Symmetric: round to nearest on the integer grid, x / s in the scale's dtype (the model's).
   // Asymmetric: no bound implemented (the audit refuses it, naming the weight).
   if (!asym)
-    dec.bound = ct_bound(ck, sc.strategy == "group" && b == 4 ? ct_w4a16_codec() : compressed_tensors_codec(), dec.meta,
-                       scale_grid(s, 1, gsz), int_half_step, narrow_rounding(S),
-                       "s = weight_scale (" + s.dtype_name + ") per " +
-                           (sc.strategy == "channel" ? std::string("output channel") : std::to_string(gsz) + " values") +
-                           "; INT" + std::to_string(b) + " grid");
+    dec.bound =
+        ct_bound(ck, sc.strategy == "group" && b == 4 ? ct_w4a16_codec() : compressed_tensors_codec(), dec.meta,
+                 scale_grid(s, 1, gsz), int_half_step, narrow_rounding(S),
+                 "s = weight_scale (" + s.dtype_name + ") per " +
+                     (sc.strategy == "channel" ? std::string("output channel") : std::to_string(gsz) + " values") +
+                     "; INT" + std::to_string(b) + " grid");
   return dec;
 }
 
@@ -309,22 +310,22 @@ DecodedTensor decode_ct_mxfp8(CtWeight& in) {
   const std::string& name = in.name;
   std::vector<const TensorMeta*>& aux = in.aux;
   const int64_t N = w.shape[0];
-const int64_t K = w.shape[1];
-if (*w.dtype != DType::Float8_E4M3FN) ct_misshapen(ck, w, w.fqn, "float8_e4m3fn");
-if (K % 32 || s.dtype != DType::UInt8 || s.shape != std::vector<int64_t>{N, K / 32})
-  ct_misshapen(ck, s, w.fqn, "uint8 (E8M0) [" + std::to_string(N) + ", " + std::to_string(K / 32) + "]");
-DecodedTensor d = row_decoded(
-    ck, name, w, aux, K,
-    [=](const uint8_t* p, int64_t r0, int64_t rows, const std::vector<std::vector<uint8_t>>& a, float* out) {
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t j = 0; j < K; ++j)
-          out[r * K + j] = round_bf16(e4m3fn_to_f32(p[r * K + j]) * mx_scale(a[0][(r0 + r) * (K / 32) + j / 32]));
-    });
-ScaleGrid g = scale_grid(s, 1, 32);
-g.e8m0 = true;
-d.bound = ct_bound(ck, ct_mxfp8_codec(), d.meta, std::move(g), e4m3_half_ulp, 0x1p-8,  // decoded in bfloat16
-                   "s = 2^(weight_scale - 127) per 32 values; e4m3 grid");
-return d;
+  const int64_t K = w.shape[1];
+  if (*w.dtype != DType::Float8_E4M3FN) ct_misshapen(ck, w, w.fqn, "float8_e4m3fn");
+  if (K % 32 || s.dtype != DType::UInt8 || s.shape != std::vector<int64_t>{N, K / 32})
+    ct_misshapen(ck, s, w.fqn, "uint8 (E8M0) [" + std::to_string(N) + ", " + std::to_string(K / 32) + "]");
+  DecodedTensor d = row_decoded(
+      ck, name, w, aux, K,
+      [=](const uint8_t* p, int64_t r0, int64_t rows, const std::vector<std::vector<uint8_t>>& a, float* out) {
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t j = 0; j < K; ++j)
+            out[r * K + j] = round_bf16(e4m3fn_to_f32(p[r * K + j]) * mx_scale(a[0][(r0 + r) * (K / 32) + j / 32]));
+      });
+  ScaleGrid g = scale_grid(s, 1, 32);
+  g.e8m0 = true;
+  d.bound = ct_bound(ck, ct_mxfp8_codec(), d.meta, std::move(g), e4m3_half_ulp, 0x1p-8,  // decoded in bfloat16
+                     "s = 2^(weight_scale - 127) per 32 values; e4m3 grid");
+  return d;
 }
 
 DecodedTensor decode_ct(const Checkpoint& ck, const TensorMeta& w, const TensorMeta& s, const QuantConfig& qc) {

@@ -3,12 +3,12 @@
 #include <cstring>
 #include <unordered_map>
 
-#include "view/codecs/unexplained.h"
 #include "meta/derived.h"
-#include "view/maps/keymap.h"
-#include "view/codecs/quantized.h"
 #include "util/error.h"
 #include "view/codecs/codecs.h"
+#include "view/codecs/quantized.h"
+#include "view/codecs/unexplained.h"
+#include "view/maps/keymap.h"
 
 namespace dcpctl {
 

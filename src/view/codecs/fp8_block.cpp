@@ -37,8 +37,10 @@ class Fp8BlockWeight final : public DerivedTensor {
       below.read(w_, chunk, 0, numel, q.data());
       std::vector<uint8_t> scale = below.read_whole(s_);
       std::vector<float> f(s_.numel());
-      if (*s_.dtype == DType::Float8_E8M0FNU) e8m0_to_float(scale.data(), f.size(), f.data());
-      else std::memcpy(f.data(), scale.data(), f.size() * 4);
+      if (*s_.dtype == DType::Float8_E8M0FNU)
+        e8m0_to_float(scale.data(), f.size(), f.data());
+      else
+        std::memcpy(f.data(), scale.data(), f.size() * 4);
       // A stack of experts [E, R, C] (scale [E, R / b0, C / b1]): each expert's part of the chunk
       // as a 2-D weight; a 2-D weight: one.
       const Box box = chunk_box(w_, chunk);
@@ -61,7 +63,6 @@ class Fp8BlockWeight final : public DerivedTensor {
   TensorMeta w_, s_;
   int64_t block_[2];
 };
-
 
 // A weight's geometry as a stack of matrices: a 2-D weight one matrix, a 3-D expert stack [E, R, C]
 // one an expert. "Flat rows" number the rows of all matrices one after another (expert e's row r is
@@ -101,8 +102,8 @@ void read_weight_rows(const TensorReads& below, const TensorMeta& t, int64_t a, 
     const int64_t first = (e - k.e0) * k.nr;  // the expert's first row in the chunk
     if (k.c0 == 0 && k.nc == cols) {
       if (*t.dtype == DType::Float32) {  // straight into the rows: no second copy
-        below.read(t, c, static_cast<uint64_t>((first + r0 - k.r0) * cols) * 4, static_cast<uint64_t>((r1 - r0) * cols) * 4,
-                   out + (r0 - a) * cols);
+        below.read(t, c, static_cast<uint64_t>((first + r0 - k.r0) * cols) * 4,
+                   static_cast<uint64_t>((r1 - r0) * cols) * 4, out + (r0 - a) * cols);
         continue;
       }
       raw.resize(static_cast<size_t>((r1 - r0) * cols) * item);
@@ -133,10 +134,11 @@ uint64_t weight_rows_need(const TensorMeta& t, int64_t rows, uint64_t largest) {
   return n * (4 + item) + largest * (4 + item);
 }
 
-uint64_t weight_rows_need(const TensorMeta& t, int64_t rows) { return weight_rows_need(t, rows, largest_chunk(t)); }
+uint64_t weight_rows_need(const TensorMeta& t, int64_t rows) {
+  return weight_rows_need(t, rows, largest_chunk(t));
+}
 
 namespace {
-
 
 // The weight_scale_inv of one quantized weight, block row by block row, as its weight's reads
 // compute them: the scale's read takes the rows the weight's reads left it and reads the weight
@@ -284,20 +286,21 @@ class Fp8ScaleInv final : public DerivedTensor {
     const int64_t rows = flat_rows(w_), cols = w_.shape.back(), cb = (cols + bn_ - 1) / bn_,
                   rb = (rows + bm_ - 1) / bm_;
     const uint64_t bytes = static_cast<uint64_t>(rb * cb) * 4;
-    read_part(Where("", std::nullopt, w_.fqn + fp8_block_codec().scale_suffix), "scale", bytes, from, n, dst, [&](uint8_t* out) {
-      float* inv = reinterpret_cast<float*>(out);
-      std::vector<float> x, scale(static_cast<size_t>(cb));
-      bool first_wait = true;
-      for (int64_t r = 0; r < rows; r += bm_) {
-        if (scales_->get(r / bm_, inv + (r / bm_) * cb, first_wait)) continue;
-        const int64_t b = std::min(rows, r + bm_);
-        x.resize(static_cast<size_t>((b - r) * cols));
-        read_weight_rows(below, w_, r, b, x.data());
-        fp8_block_scales(x.data(), b - r, cols, bm_, bn_, scale.data());
-        scales_->put(r / bm_, 1, scale.data());
-        fp8_inverse_scales(scale.data(), scale.size(), inv + (r / bm_) * cb);
-      }
-    });
+    read_part(Where("", std::nullopt, w_.fqn + fp8_block_codec().scale_suffix), "scale", bytes, from, n, dst,
+              [&](uint8_t* out) {
+                float* inv = reinterpret_cast<float*>(out);
+                std::vector<float> x, scale(static_cast<size_t>(cb));
+                bool first_wait = true;
+                for (int64_t r = 0; r < rows; r += bm_) {
+                  if (scales_->get(r / bm_, inv + (r / bm_) * cb, first_wait)) continue;
+                  const int64_t b = std::min(rows, r + bm_);
+                  x.resize(static_cast<size_t>((b - r) * cols));
+                  read_weight_rows(below, w_, r, b, x.data());
+                  fp8_block_scales(x.data(), b - r, cols, bm_, bn_, scale.data());
+                  scales_->put(r / bm_, 1, scale.data());
+                  fp8_inverse_scales(scale.data(), scale.size(), inv + (r / bm_) * cb);
+                }
+              });
   }
   uint64_t working_bytes(size_t) const override {
     const uint64_t cb = static_cast<uint64_t>((w_.shape.back() + bn_ - 1) / bn_),
@@ -354,12 +357,10 @@ std::string fp8_stack_reason(const TensorMeta& t, const std::unordered_map<std::
            "or num_experts, hidden_size, moe_intermediate_size or intermediate_size)";
   const int64_t out = proj == "down_proj" ? H : proj == "gate_up_proj" ? 2 * I : I, in = proj == "down_proj" ? I : H;
   if (t.shape == std::vector<int64_t>{E, in, out} && in != out)
-    return "a stacked expert projection [E, in, out] " + dims_text(t.shape) +
-           " (FP8Experts holds [E, out, in])";
+    return "a stacked expert projection [E, in, out] " + dims_text(t.shape) + " (FP8Experts holds [E, out, in])";
   if (t.shape != std::vector<int64_t>{E, out, in})
-    return "a stacked expert projection of shape " + dims_text(t.shape) +
-           ", not FP8Experts' [E, out, in] " + dims_text({E, out, in}) +
-           " from config.json";
+    return "a stacked expert projection of shape " + dims_text(t.shape) + ", not FP8Experts' [E, out, in] " +
+           dims_text({E, out, in}) + " from config.json";
   if (out % rq.block[0] != 0 || in % rq.block[1] != 0)
     return "a stacked expert projection with partial " + std::to_string(rq.block[0]) + "x" +
            std::to_string(rq.block[1]) +
@@ -433,10 +434,10 @@ DecodedTensor decode_fp8_block(const Checkpoint& ck, const TensorMeta& w, const 
     ScaleGrid grid = scale_grid(s, b0, b1);
     grid.e8m0 = *s.dtype == DType::Float8_E8M0FNU;
     const std::string tail = s.fqn.substr(s.fqn.rfind('.') + 1);
-    out.bound = std::make_shared<ElementBound>(
-        ck.metadata_path, fp8_block_codec(), out.meta, std::move(grid), fp8_block_codec().half_step, 0.0, 0.0,
-        "s = " + tail + " (" + s.dtype_name + ") per " + std::to_string(b0) + "x" + std::to_string(b1) +
-            " block; e4m3 grid");
+    out.bound = std::make_shared<ElementBound>(ck.metadata_path, fp8_block_codec(), out.meta, std::move(grid),
+                                               fp8_block_codec().half_step, 0.0, 0.0,
+                                               "s = " + tail + " (" + s.dtype_name + ") per " + std::to_string(b0) +
+                                                   "x" + std::to_string(b1) + " block; e4m3 grid");
   }
   return out;
 }

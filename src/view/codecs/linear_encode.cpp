@@ -68,7 +68,11 @@ class GlobalScale {
   }
   uint64_t working_bytes() const {
     uint64_t most = 0;
-    for (const TensorMeta& t : members_) most = std::max(most, weight_rows_need(t, std::max<int64_t>(1, static_cast<int64_t>(kChunkInput / (4 * static_cast<uint64_t>(t.shape[1]))))));
+    for (const TensorMeta& t : members_)
+      most = std::max(
+          most,
+          weight_rows_need(
+              t, std::max<int64_t>(1, static_cast<int64_t>(kChunkInput / (4 * static_cast<uint64_t>(t.shape[1]))))));
     return most;
   }
   std::vector<const TensorMeta*> inputs() const {
@@ -117,11 +121,13 @@ struct Encoded {
     for (int64_t b = 0; b * enc.band < n; ++b) {
       const int64_t rows = std::min(enc.band, n - b * enc.band);
       enc.encode(x.get() + b * enc.band * K(), rows, K(), model, g,
-                 w_out ? w_out + static_cast<size_t>(b) * w_band : scratch.data(), s_out + static_cast<size_t>(b) * s_band);
+                 w_out ? w_out + static_cast<size_t>(b) * w_band : scratch.data(),
+                 s_out + static_cast<size_t>(b) * s_band);
     }
   }
   uint64_t need(size_t c) const {
-    return weight_rows_need(w, chunk_rows(c)) + weight_bytes(c) + scale_bytes(c) + (global ? global->working_bytes() : 0);
+    return weight_rows_need(w, chunk_rows(c)) + weight_bytes(c) + scale_bytes(c) +
+           (global ? global->working_bytes() : 0);
   }
 };
 
@@ -170,7 +176,8 @@ class EncodedScale final : public EncodedPart {
 
 class EncodedGlobal final : public DerivedTensor {
  public:
-  explicit EncodedGlobal(std::shared_ptr<const Encoded> e, std::string name) : e_(std::move(e)), name_(std::move(name)) {}
+  explicit EncodedGlobal(std::shared_ptr<const Encoded> e, std::string name)
+      : e_(std::move(e)), name_(std::move(name)) {}
   const TensorMeta& follows() const override { return e_->w; }
   void read(const TensorReads& below, size_t chunk, uint64_t from, uint64_t n, void* dst) const override {
     read_part(Where("", std::nullopt, name_), "chunk " + std::to_string(chunk), 4, from, n, dst, [&](uint8_t* out) {
@@ -238,8 +245,15 @@ TensorMeta written_meta(const TensorMeta& w, const std::string& name, DType dtyp
 class LinearEncoder {
  public:
   LinearEncoder(const Checkpoint& ck, const QuantizeRequest& rq, const LinearEncoding& enc)
-      : ck_(ck), rq_(rq), enc_(enc), codec_(*enc.codec), md_(ck.md), by_name_(tensor_names(md_)), view_(ck),
-        table_(table_over(ck.derived)), written_(md_.tensors.size()) {}
+      : ck_(ck),
+        rq_(rq),
+        enc_(enc),
+        codec_(*enc.codec),
+        md_(ck.md),
+        by_name_(tensor_names(md_)),
+        view_(ck),
+        table_(table_over(ck.derived)),
+        written_(md_.tensors.size()) {}
 
   Checkpoint run() && {
     choose();
@@ -295,8 +309,9 @@ class LinearEncoder {
       if (!info(*t.dtype).floating) continue;
       if (t.ndim() == 3) {
         keep(t, module,
-             std::string("a 3-D stack (") + codec_.display + " is written for each expert's Linear weight: --map writes Hugging "
-             "Face's per-expert keys)");
+             std::string("a 3-D stack (") + codec_.display +
+                 " is written for each expert's Linear weight: --map writes Hugging "
+                 "Face's per-expert keys)");
         continue;
       }
       if (!weight || t.ndim() != 2) continue;
@@ -305,8 +320,9 @@ class LinearEncoder {
         continue;
       }
       if (t.shape[1] % enc_.group != 0) {
-        keep(t, module, "its " + std::to_string(t.shape[1]) + " input columns are not a multiple of " + codec_.display +
-                            "'s group of " + std::to_string(enc_.group));
+        keep(t, module,
+             "its " + std::to_string(t.shape[1]) + " input columns are not a multiple of " + codec_.display +
+                 "'s group of " + std::to_string(enc_.group));
         continue;
       }
       chosen_.push_back(i);
@@ -318,7 +334,8 @@ class LinearEncoder {
     if (!enc_.global_from_amax) return;
     std::map<std::string, std::vector<TensorMeta>> groups;
     for (uint32_t i : chosen_) groups[fused_group(md_.tensors[i].fqn)].push_back(md_.tensors[i]);
-    for (auto& [key, members] : groups) globals_[key] = std::make_shared<GlobalScale>(std::move(members), enc_.global_from_amax);
+    for (auto& [key, members] : groups)
+      globals_[key] = std::make_shared<GlobalScale>(std::move(members), enc_.global_from_amax);
   }
 
   // One tensor the output holds in source tensor `i`'s place, read through `derived`.
@@ -340,16 +357,18 @@ class LinearEncoder {
     e->enc = enc_;
     e->model = *t.dtype;
     const int64_t N = t.shape[0], K = t.shape[1];
-    const int64_t bands = std::max<int64_t>(1, static_cast<int64_t>(kChunkInput / (4 * static_cast<uint64_t>(std::max<int64_t>(K, 1)) *
-                                                                                    static_cast<uint64_t>(enc_.band))));
+    const int64_t bands =
+        std::max<int64_t>(1, static_cast<int64_t>(kChunkInput / (4 * static_cast<uint64_t>(std::max<int64_t>(K, 1)) *
+                                                                 static_cast<uint64_t>(enc_.band))));
     e->rows_per_chunk = bands * enc_.band;
     if (enc_.global_from_amax) e->global = globals_.at(fused_group(t.fqn));
     const std::string wname = module + "." + enc_.weight_name, sname = module + "." + enc_.scale_name;
     std::vector<std::string> names;
     add(i, written_meta(t, wname, enc_.weight_dtype, N, K / enc_.per_byte, e->rows_per_chunk, e->rows_per_chunk),
         std::make_shared<EncodedWeight>(e, wname), names);
-    add(i, written_meta(t, sname, enc_.scale_dtype(*t.dtype), (N + enc_.band - 1) / enc_.band, enc_.scale_cols(K),
-                        e->rows_per_chunk / enc_.band, e->rows_per_chunk),
+    add(i,
+        written_meta(t, sname, enc_.scale_dtype(*t.dtype), (N + enc_.band - 1) / enc_.band, enc_.scale_cols(K),
+                     e->rows_per_chunk / enc_.band, e->rows_per_chunk),
         std::make_shared<EncodedScale>(e, sname), names);
     if (*enc_.global_name) {
       const std::string gname = module + "." + enc_.global_name;

@@ -6,9 +6,9 @@
 // a multiple of the codec's group) becomes `X.<weight_name>` [N, K / per_byte] of the codec's dtype
 // beside `X.<scale_name>` [ceil(N / band), scale_cols(K)] (and, for a codec with a global scale,
 // `X.<global_name>` float32 [1] or [], one value shared by the weight's fused group: q/k/v, gate/up,
-// w1/w3; for compressed-tensors' pack-quantized, `X.<shape_name>` int64 [2]). Every other tensor is written as it is; the 2-D weights kept and 3-D expert stacks (no
-// such codec has a stacked form) are listed with their reason, their modules in the config's
-// `ignore`. A weight already quantized (float8, or beside a scale) is refused (exit 5).
+// w1/w3; for compressed-tensors' pack-quantized, `X.<shape_name>` int64 [2]). Every other tensor is written as it is;
+// the 2-D weights kept and 3-D expert stacks (no such codec has a stacked form) are listed with their reason, their
+// modules in the config's `ignore`. A weight already quantized (float8, or beside a scale) is refused (exit 5).
 //
 // The written tensors come in chunks of whole bands of rows (about 32 MiB of float32 input each):
 // a chunk of the weight reads its rows once (as float32, from the table below), encodes them and
@@ -29,10 +29,10 @@ namespace dcpctl {
 
 struct LinearEncoding {
   const Codec* codec = nullptr;
-  int64_t band = 1;           // rows that share a row of scales (a block's rows; 1: per row)
-  int64_t group = 1;          // K is a multiple of it, else the weight is kept (an MX or NVFP4 group)
-  int64_t per_byte = 1;       // values a stored element holds (2: E2M1 pairs)
-  int64_t block_cols = 0;     // the columns a scale covers, for --json's block (0: a whole row)
+  int64_t band = 1;        // rows that share a row of scales (a block's rows; 1: per row)
+  int64_t group = 1;       // K is a multiple of it, else the weight is kept (an MX or NVFP4 group)
+  int64_t per_byte = 1;    // values a stored element holds (2: E2M1 pairs)
+  int64_t block_cols = 0;  // the columns a scale covers, for --json's block (0: a whole row)
   const char* weight_name = "weight";
   DType weight_dtype = DType::Float8_E4M3FN;
   const char* scale_name = "weight_scale";
@@ -45,7 +45,8 @@ struct LinearEncoding {
   // (scale_cols(K) elements of scale_dtype(model)); `global`: the weight's global scale (1 where the
   // codec has none).
   // (std::function: an encoder whose group is the user's, --quantize-group, binds it.)
-  std::function<void(const float* x, int64_t rows, int64_t K, DType model, float global, uint8_t* w, uint8_t* s)> encode;
+  std::function<void(const float* x, int64_t rows, int64_t K, DType model, float global, uint8_t* w, uint8_t* s)>
+      encode;
   // A codec with a global scale: its name (X.<global_name>, float32 [1]) and its value from the
   // largest |x| of the weight's fused group (weights of dtype `model`).
   const char* global_name = "";
@@ -71,7 +72,8 @@ void encode_groups(const float* x, int64_t rows, int64_t K, int64_t group, uint8
   for (int64_t r = 0; r < rows; ++r) {
     const float* row = x + r * K;
     group_abs_max(row, K, group, amax.data());
-    for (int64_t g = 0; g < G; ++g) s[r * G + g] = scale_of(amax[static_cast<size_t>(g)], divisor[static_cast<size_t>(g)]);
+    for (int64_t g = 0; g < G; ++g)
+      s[r * G + g] = scale_of(amax[static_cast<size_t>(g)], divisor[static_cast<size_t>(g)]);
     divide_by_groups(row, K, group, divisor.data(), q.data());
     codes(q, r);
   }

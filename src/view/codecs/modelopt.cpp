@@ -56,8 +56,9 @@ DecodedTensor decode_modelopt(const Checkpoint& ck, const TensorMeta& w, const T
     d.consumed.erase(d.consumed.begin());  // the scale leaves as the pair's
     ScaleGrid g = scale_grid(s, 1, 16);
     g.global = *s2;  // multiplies: weight_scale_2 = amax / 2688
-    auto bound = std::make_shared<ElementBound>(ck.metadata_path, mo_nvfp4_codec(), d.meta, std::move(g), e2m1_half_step,
-                                                0.0, 0.0, "s = weight_scale (e4m3, per 16 values) * weight_scale_2; E2M1 grid");
+    auto bound =
+        std::make_shared<ElementBound>(ck.metadata_path, mo_nvfp4_codec(), d.meta, std::move(g), e2m1_half_step, 0.0,
+                                       0.0, "s = weight_scale (e4m3, per 16 values) * weight_scale_2; E2M1 grid");
     bound->saturating(6, 3);  // the e4m3 block scale's own rounding (bound.h)
     d.bound = std::move(bound);
     return d;
@@ -79,8 +80,9 @@ DecodedTensor decode_modelopt(const Checkpoint& ck, const TensorMeta& w, const T
     d.consumed.erase(d.consumed.begin());
     ScaleGrid g = scale_grid(s, 1, 32);
     g.e8m0 = true;  // ModelOpt's exponent is ceil(log2(amax / 448)): nothing saturates
-    d.bound = std::make_shared<ElementBound>(ck.metadata_path, mo_mxfp8_codec(), d.meta, std::move(g), mo_mxfp8_codec().half_step,
-                                             0.0, 0.0, "s = 2^(weight_scale - 127) per 32 values; e4m3 grid");
+    d.bound = std::make_shared<ElementBound>(ck.metadata_path, mo_mxfp8_codec(), d.meta, std::move(g),
+                                             mo_mxfp8_codec().half_step, 0.0, 0.0,
+                                             "s = 2^(weight_scale - 127) per 32 values; e4m3 grid");
     return d;
   }
   if (algo == "FP8") {
@@ -92,8 +94,9 @@ DecodedTensor decode_modelopt(const Checkpoint& ck, const TensorMeta& w, const T
           for (int64_t i = 0; i < rows * K; ++i) out[i] = e4m3fn_to_f32(p[i]) * sv;
         });
     d.consumed.erase(d.consumed.begin());
-    d.bound = std::make_shared<ElementBound>(ck.metadata_path, modelopt_codec(), d.meta, scale_grid(s, N, K), e4m3_half_ulp,
-                                             0.0, 0.0, "s = weight_scale (float32, per tensor); e4m3 grid");
+    d.bound =
+        std::make_shared<ElementBound>(ck.metadata_path, modelopt_codec(), d.meta, scale_grid(s, N, K), e4m3_half_ulp,
+                                       0.0, 0.0, "s = weight_scale (float32, per tensor); e4m3 grid");
     return d;
   }
   throw UnsupportedError(

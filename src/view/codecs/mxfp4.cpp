@@ -253,7 +253,6 @@ json not_convert_list(const std::vector<std::string>& kept, const std::vector<st
   return out;
 }
 
-
 // --dtype: confirmed only when config.json says so (quant_method "mxfp4"): a uint8 X_blocks beside
 // X_scales is GPT-OSS's layout by name alone, and another format (int4 pairs, FP4 with other
 // scales, a model's own uint8 buffers) with those names would be dequantized into garbage.
@@ -277,10 +276,9 @@ DecodedTensor decode_mxfp4(const Checkpoint& ck, const TensorMeta& b, const Tens
   // 2^-127, room the floor gives.
   ScaleGrid grid = scale_grid(s, 1, 2 * b.shape.back());
   grid.e8m0 = true;
-  auto bound = std::make_shared<ElementBound>(ck.metadata_path, mxfp4_codec(), v, std::move(grid),
-                                              mxfp4_codec().half_step, 0.0, 0x1p-124,
-                                              "s = 2^(_scales - 127) per " + std::to_string(2 * b.shape.back()) +
-                                                  " values (OCP MX); E2M1 grid, saturating");
+  auto bound = std::make_shared<ElementBound>(
+      ck.metadata_path, mxfp4_codec(), v, std::move(grid), mxfp4_codec().half_step, 0.0, 0x1p-124,
+      "s = 2^(_scales - 127) per " + std::to_string(2 * b.shape.back()) + " values (OCP MX); E2M1 grid, saturating");
   return {std::move(v), std::make_shared<Mxfp4Weight>(ck.metadata_path, b, s), {}, std::move(bound)};
 }
 
@@ -303,7 +301,8 @@ void check_gpt_oss_stack(const Checkpoint& ck, const TensorMeta& t, const std::s
 }
 
 // The stack's planner path (its state_dict nesting) given to its _blocks and _scales.
-void rename_stack_path(const Metadata& md, const TensorMeta& t, const TensorMeta& b, const TensorMeta& s, Checkpoint& view) {
+void rename_stack_path(const Metadata& md, const TensorMeta& t, const TensorMeta& b, const TensorMeta& s,
+                       Checkpoint& view) {
   if (!md.has_planner_data) return;
   auto p = md.planner_data.find(t.fqn);
   if (p == md.planner_data.end()) return;
@@ -400,8 +399,8 @@ Checkpoint mxfp4_quantized_view(const Checkpoint& ck, const QuantizeRequest& rq)
   for (const std::string& k : keep_dtype) stacks += ends_with(k, codec.weight_suffix);
   const int64_t group[2] = {1, kGroup};
   json config = codec.written_config(row, rq.block, not_convert_list(kept_modules, quantized_modules));
-  return quantized_result(std::move(view), std::move(table), rq.scheme, group, stacks, std::move(kept), std::move(config),
-                          std::move(keep_dtype));
+  return quantized_result(std::move(view), std::move(table), rq.scheme, group, stacks, std::move(kept),
+                          std::move(config), std::move(keep_dtype));
 }
 
 }  // namespace

@@ -49,12 +49,12 @@
 namespace dcpctl {
 
 struct QuantizeRequest {
-  std::string scheme;                // "fp8-block", "mxfp4", "fp8-dynamic"
-  std::string format;                // --quantize-format: the quant_method of the form ("": the word's first)
-  int64_t block[2] = {128, 128};     // --quantize-block RxC
-  int64_t group = 0;                 // --quantize-group N (0: the codec's quantize_group)
-  std::vector<std::string> skip;     // --quantize-skip GLOB (fnmatch on the key)
-  nlohmann::json config;             // the model's config.json (null: none): num_hidden_layers
+  std::string scheme;             // "fp8-block", "mxfp4", "fp8-dynamic"
+  std::string format;             // --quantize-format: the quant_method of the form ("": the word's first)
+  int64_t block[2] = {128, 128};  // --quantize-block RxC
+  int64_t group = 0;              // --quantize-group N (0: the codec's quantize_group)
+  std::vector<std::string> skip;  // --quantize-skip GLOB (fnmatch on the key)
+  nlohmann::json config;          // the model's config.json (null: none): num_hidden_layers
 };
 
 // Why key `key` of a 2-D floating tensor is not quantized ("" : it is), by the rules above.
@@ -71,10 +71,10 @@ void list_tied_head(const nlohmann::json& config, bool saved_head, nlohmann::jso
 // The checkpoint with its Linear weights quantized by the codec whose --quantize word is
 // rq.scheme. Its table's view "quantized" says {"scheme", "block", "weights": n, "kept": [{"key",
 // "reason"}]}; its output's quantization_config is the config.json object to write, and its
-// keep_dtype the keys --dtype must not cast (the quantized weights and their scales). UsageError (exit 2): an unknown scheme, a block not two positive integers;
-// UnsupportedError (exit 5) naming the key: a weight already quantized (float8 or with a scale,
-// MXFP4 blocks); for mxfp4, experts of a model_type other than gpt_oss, an input dimension not a
-// multiple of 32, no expert stack at all.
+// keep_dtype the keys --dtype must not cast (the quantized weights and their scales). UsageError (exit 2): an unknown
+// scheme, a block not two positive integers; UnsupportedError (exit 5) naming the key: a weight already quantized
+// (float8 or with a scale, MXFP4 blocks); for mxfp4, experts of a model_type other than gpt_oss, an input dimension not
+// a multiple of 32, no expert stack at all.
 Checkpoint quantized_view(const Checkpoint& ck, const QuantizeRequest& rq);
 
 }  // namespace dcpctl

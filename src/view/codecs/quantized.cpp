@@ -1,9 +1,9 @@
 #include "view/codecs/quantized.h"
 
 #include "meta/checkpoint.h"
+#include "util/error.h"
 #include "view/maps/keymap.h"
 #include "view/model_config.h"
-#include "util/error.h"
 
 namespace dcpctl {
 
@@ -36,16 +36,19 @@ std::string describe_quant_config(const QuantConfig& q) {
          (q.quant_method.empty() ? "absent" : "'" + q.quant_method + "'");
 }
 
-int64_t ceil_blocks(int64_t n, int64_t b) { return (n + b - 1) / b; }
+int64_t ceil_blocks(int64_t n, int64_t b) {
+  return (n + b - 1) / b;
+}
 
 std::optional<std::pair<int64_t, int64_t>> configured_block(const MapConfig& config) {
   if (!config.json.is_object() || !config.json.contains("quantization_config")) return std::nullopt;
   const json& q = config.json["quantization_config"];
   if (!q.is_object() || !q.contains("weight_block_size")) return std::nullopt;
   const json& b = q["weight_block_size"];
-  if (!b.is_array() || b.size() != 2 || !b[0].is_number_integer() || !b[1].is_number_integer() || b[0].get<int64_t>() <= 0 ||
-      b[1].get<int64_t>() <= 0)
-    throw UsageError(Where(config.path), "quantization_config.weight_block_size is not two positive integers: " + b.dump());
+  if (!b.is_array() || b.size() != 2 || !b[0].is_number_integer() || !b[1].is_number_integer() ||
+      b[0].get<int64_t>() <= 0 || b[1].get<int64_t>() <= 0)
+    throw UsageError(Where(config.path),
+                     "quantization_config.weight_block_size is not two positive integers: " + b.dump());
   return std::make_pair(b[0].get<int64_t>(), b[1].get<int64_t>());
 }
 
@@ -78,7 +81,8 @@ json describe_quantization(const Checkpoint& ck) {
       std::string s = qc.quant_method.empty() ? "(no quant_method)" : qc.quant_method;
       for (const char* k : {"format", "quant_algo", "expert_dtype"})
         if (qc.raw.contains(k) && qc.raw[k].is_string()) s += std::string(" ") + k + " " + qc.raw[k].get<std::string>();
-      if (!qc.raw.contains("expert_dtype") && qc.root.is_object() && qc.root.contains("expert_dtype") && qc.root["expert_dtype"].is_string())
+      if (!qc.raw.contains("expert_dtype") && qc.root.is_object() && qc.root.contains("expert_dtype") &&
+          qc.root["expert_dtype"].is_string())
         s += " expert_dtype " + qc.root["expert_dtype"].get<std::string>();
       scheme = s;
       path = config.path;
@@ -86,8 +90,9 @@ json describe_quantization(const Checkpoint& ck) {
   } catch (const Error&) {
     // a config.json that is not JSON, or a bad block size: a write with --dtype says so
   }
-  return {{"scaled_weights", scaled}, {"block", block}, {"config", path}, {"float8_unscaled", unscaled}, {"mxfp4", mx},
-          {"scheme", scheme}, {"codecs", per_codec}};
+  return {{"scaled_weights", scaled},    {"block", block}, {"config", path},
+          {"float8_unscaled", unscaled}, {"mxfp4", mx},    {"scheme", scheme},
+          {"codecs", per_codec}};
 }
 
 std::string dequantized_config(const std::string& config_text, DType dtype) {

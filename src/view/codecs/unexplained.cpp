@@ -5,10 +5,10 @@
 #include <optional>
 
 #include "meta/codecs/codecs.h"
-#include "view/maps/keymap.h"
-#include "view/codecs/quantized.h"
 #include "store/file.h"
 #include "util/error.h"
+#include "view/codecs/quantized.h"
+#include "view/maps/keymap.h"
 
 namespace dcpctl {
 

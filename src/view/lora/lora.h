@@ -7,9 +7,9 @@
 #pragma once
 
 #include "meta/checkpoint.h"
+#include "meta/select.h"
 #include "view/lora/lora_config.h"
 #include "view/model_config.h"
-#include "meta/select.h"
 
 namespace dcpctl {
 

@@ -36,7 +36,13 @@ TensorMeta one_chunk(const TensorMeta& like, int64_t at, std::string name, std::
 class ExpertFactor final : public DerivedTensor {
  public:
   ExpertFactor(std::string path, TensorMeta src, TensorMeta out, bool is_b, int64_t e, int64_t experts, int64_t lo)
-      : path_(std::move(path)), src_(std::move(src)), out_(std::move(out)), is_b_(is_b), e_(e), experts_(experts), lo_(lo) {}
+      : path_(std::move(path)),
+        src_(std::move(src)),
+        out_(std::move(out)),
+        is_b_(is_b),
+        e_(e),
+        experts_(experts),
+        lo_(lo) {}
   const TensorMeta& follows() const override { return src_; }
   void read(const TensorReads& below, size_t chunk, uint64_t from, uint64_t n, void* dst) const override {
     const size_t item = itemsize(*src_.dtype);
@@ -45,19 +51,19 @@ class ExpertFactor final : public DerivedTensor {
                 const std::vector<uint8_t> whole = below.read_whole(src_);
                 const int64_t rows = out_.shape[0], cols = out_.shape[1];
                 if (!is_b_) {
-                  std::memcpy(o, whole.data() + static_cast<size_t>(e_ * rows * cols) * item, static_cast<size_t>(rows * cols) * item);
+                  std::memcpy(o, whole.data() + static_cast<size_t>(e_ * rows * cols) * item,
+                              static_cast<size_t>(rows * cols) * item);
                   return;
                 }
                 for (int64_t r = 0; r < rows; ++r)
                   for (int64_t k = 0; k < cols; ++k)
-                    std::memcpy(o + static_cast<size_t>(r * cols + k) * item,
-                                whole.data() + static_cast<size_t>((lo_ + r) * cols * experts_ + k * experts_ + e_) * item,
-                                item);
+                    std::memcpy(
+                        o + static_cast<size_t>(r * cols + k) * item,
+                        whole.data() + static_cast<size_t>((lo_ + r) * cols * experts_ + k * experts_ + e_) * item,
+                        item);
               });
   }
-  uint64_t working_bytes(size_t) const override {
-    return (src_.numel() + out_.numel()) * itemsize(*src_.dtype);
-  }
+  uint64_t working_bytes(size_t) const override { return (src_.numel() + out_.numel()) * itemsize(*src_.dtype); }
 
  private:
   std::string path_;
@@ -84,8 +90,8 @@ class ExpertMergedRows final : public DerivedTensor {
   void read(const TensorReads& below, size_t chunk, uint64_t from, uint64_t n, void* dst) const override {
     const DType dt = *w_.dtype;
     const uint64_t numel = out_.numel();
-    read_part(Where(path_, std::nullopt, out_.fqn), "chunk " + std::to_string(chunk), numel * itemsize(dt), from, n, dst,
-              [&](uint8_t* o) {
+    read_part(Where(path_, std::nullopt, out_.fqn), "chunk " + std::to_string(chunk), numel * itemsize(dt), from, n,
+              dst, [&](uint8_t* o) {
                 const Box box{{e_, lo_, 0}, {1, out_.shape[0], out_.shape[1]}};
                 const std::vector<uint8_t> raw = read_box(below, w_, box);
                 std::vector<float> v(numel), a = read_whole_float(below, a_), b = read_whole_float(below, b_);

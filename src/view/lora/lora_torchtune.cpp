@@ -3,8 +3,8 @@
 #include <regex>
 
 #include "meta/checkpoint.h"
-#include "view/model_config.h"
 #include "store/file.h"
+#include "view/model_config.h"
 
 namespace dcpctl {
 

@@ -8,11 +8,11 @@
 #include <set>
 #include <unordered_map>
 
-#include "view/maps/keymap_terms.h"
 #include "meta/pieces.h"
+#include "store/file.h"
 #include "util/dtype.h"
 #include "util/error.h"
-#include "store/file.h"
+#include "view/maps/keymap_terms.h"
 
 namespace dcpctl {
 
@@ -31,7 +31,8 @@ std::vector<KeyMap::Part> parse_side(const json& side, const std::string& source
   } else if (side.is_array() && !side.empty()) {
     list = true;
     for (const auto& p : side) {
-      if (!p.is_object() || !p.contains("key") || !p["key"].is_string() || !p.contains("size") || !p["size"].is_string())
+      if (!p.is_object() || !p.contains("key") || !p["key"].is_string() || !p.contains("size") ||
+          !p["size"].is_string())
         bad_map(source, where() + ": each part of a list needs \"key\" and \"size\" (strings)");
       KeyMap::Part part{p["key"].get<std::string>(), p["size"].get<std::string>(), p.value("rope", json())};
       out.push_back(part);
@@ -75,12 +76,13 @@ void parse_header(const json& j, const std::string& source, KeyMap& m) {
   m.name = j["name"];
   m.description = j.value("description", "");
   if (j.contains("models")) {
-    if (!j["models"].is_array() || !std::all_of(j["models"].begin(), j["models"].end(), [](const json& x) { return x.is_string(); }))
+    if (!j["models"].is_array() ||
+        !std::all_of(j["models"].begin(), j["models"].end(), [](const json& x) { return x.is_string(); }))
       bad_map(source, "\"models\" is a list of strings (the model families the map covers)");
     for (const auto& x : j["models"]) m.models.push_back(x.get<std::string>());
   }
-  if (!j.contains("sides") || !j["sides"].is_array() || j["sides"].size() != 2 || !j["sides"][0].is_string() || !j["sides"][1].is_string() ||
-      j["sides"][0] == j["sides"][1])
+  if (!j.contains("sides") || !j["sides"].is_array() || j["sides"].size() != 2 || !j["sides"][0].is_string() ||
+      !j["sides"][1].is_string() || j["sides"][0] == j["sides"][1])
     bad_map(source, "\"sides\" must name two sides");
   m.sides[0] = j["sides"][0];
   m.sides[1] = j["sides"][1];
@@ -109,21 +111,29 @@ void check_param(const std::string& k, const json& v, const std::string& source)
   for (const auto& [f, x] : (ok ? v : kNone).items()) ok = ok && (f == "config" || f == "default" || f == "shape");
   if (ok && v.contains("config")) {
     const json& c = v["config"];
-    ok = c.is_string() || (c.is_array() && std::all_of(c.begin(), c.end(), [](const json& x) { return x.is_string(); }));
+    ok =
+        c.is_string() || (c.is_array() && std::all_of(c.begin(), c.end(), [](const json& x) { return x.is_string(); }));
   }
   if (ok && v.contains("default")) ok = v["default"].is_string();
-  if (!ok) bad_map(source, "parameter " + k + ": {\"config\": key or [keys], \"shape\": [...], \"default\": expression}");
+  if (!ok)
+    bad_map(source, "parameter " + k + ": {\"config\": key or [keys], \"shape\": [...], \"default\": expression}");
   // "shape": where the tensors carry the value when config.json lacks it (keymap_terms.h).
   for (const auto& s : v.contains("shape") && v["shape"].is_array() ? v["shape"] : json::array()) {
-    bool fine = s.is_object() && s.contains("key") && s["key"].is_string() && (s.contains("dim") != s.contains("count")) && s.size() == 2;
+    bool fine = s.is_object() && s.contains("key") && s["key"].is_string() &&
+                (s.contains("dim") != s.contains("count")) && s.size() == 2;
     if (fine && s.contains("dim")) fine = s["dim"].is_number_integer() && s["dim"].get<int64_t>() >= 0;
     if (fine) {
       Pattern p = Pattern::parse(s["key"].get<std::string>(), source);
       fine = !p.has_offsets();
       if (fine && s.contains("count"))
-        fine = s["count"].is_string() && std::find(p.names.begin(), p.names.end(), s["count"].get<std::string>()) != p.names.end();
+        fine = s["count"].is_string() &&
+               std::find(p.names.begin(), p.names.end(), s["count"].get<std::string>()) != p.names.end();
     }
-    if (!fine) bad_map(source, "parameter " + k + ": each of \"shape\" is {\"key\": pattern, \"dim\": n} or {\"key\": pattern, \"count\": placeholder}");
+    if (!fine)
+      bad_map(
+          source,
+          "parameter " + k +
+              ": each of \"shape\" is {\"key\": pattern, \"dim\": n} or {\"key\": pattern, \"count\": placeholder}");
   }
   if (v.contains("shape") && (!v["shape"].is_array() || v["shape"].empty()))
     bad_map(source, "parameter " + k + ": \"shape\" is a non-empty list");
@@ -132,8 +142,9 @@ void check_param(const std::string& k, const json& v, const std::string& source)
 void check_rule_fields(const json& r, size_t i, const KeyMap& m, bool family, const std::string& source) {
   if (!r.is_object()) bad_map(source, "rule " + std::to_string(i) + " is not an object");
   for (const auto& [k, v] : r.items())
-    if (k != m.sides[0] && k != m.sides[1] && k != "rope" && k != "dim" && k != "experts" && k != "stack" && k != "groups" && k != "transpose" &&
-        k != "interleave" && k != "tied" && k != "note" && k != "reason" && k != "keep_dtype" && k != "drop_when" && k != "zeros" && !(family && k == "variants"))
+    if (k != m.sides[0] && k != m.sides[1] && k != "rope" && k != "dim" && k != "experts" && k != "stack" &&
+        k != "groups" && k != "transpose" && k != "interleave" && k != "tied" && k != "note" && k != "reason" &&
+        k != "keep_dtype" && k != "drop_when" && k != "zeros" && !(family && k == "variants"))
       bad_map(source, "rule " + std::to_string(i) + " has an unknown field \"" + k + "\"");
 }
 
@@ -144,17 +155,22 @@ void parse_drop(const json& r, const std::string& where, const std::string& sour
   const bool one_sided = rule.side[0].empty() || rule.side[1].empty();
   if (r.contains("reason") && (!r["reason"].is_string() || r["reason"].get<std::string>().empty()))
     bad_map(source, where + ": \"reason\" is a sentence (a string)");
-  if (r.contains("reason") && !one_sided) bad_map(source, where + ": \"reason\" belongs to a one-sided rule (the keys it drops)");
+  if (r.contains("reason") && !one_sided)
+    bad_map(source, where + ": \"reason\" belongs to a one-sided rule (the keys it drops)");
   if (one_sided && !r.contains("reason"))
-    bad_map(source, where + " names one side only: it drops those keys, and needs a \"reason\" (why the other side has no such tensor)");
+    bad_map(source, where +
+                        " names one side only: it drops those keys, and needs a \"reason\" (why the other side has no "
+                        "such tensor)");
   rule.reason = r.value("reason", "");
   if (r.contains("drop_when") && (r["drop_when"] != "zeros" || !one_sided))
-    bad_map(source, where + ": \"drop_when\": \"zeros\" belongs to a one-sided rule (its keys dropped only when all zeros)");
+    bad_map(source,
+            where + ": \"drop_when\": \"zeros\" belongs to a one-sided rule (its keys dropped only when all zeros)");
   rule.drop_when_zeros = r.contains("drop_when");
   if (!r.contains("zeros")) return;
   const json& z = r["zeros"];
-  bool fine = rule.drop_when_zeros && z.is_object() && z.size() == 3 && z.contains("beside") && z["beside"].is_string() &&
-              z.contains("shape") && z["shape"].is_array() && !z["shape"].empty() && z.contains("dtype") && z["dtype"].is_string() &&
+  bool fine = rule.drop_when_zeros && z.is_object() && z.size() == 3 && z.contains("beside") &&
+              z["beside"].is_string() && z.contains("shape") && z["shape"].is_array() && !z["shape"].empty() &&
+              z.contains("dtype") && z["dtype"].is_string() &&
               dtype_from_torch_name(z["dtype"].get<std::string>()).has_value();
   for (const auto& d : fine ? z["shape"] : json::array()) fine = fine && d.is_string();
   if (fine) {
@@ -164,8 +180,10 @@ void parse_drop(const json& r, const std::string& where, const std::string& sour
         fine = fine && std::find(beside.names.begin(), beside.names.end(), n) != beside.names.end();
   }
   if (!fine)
-    bad_map(source, where + ": \"zeros\" is {\"beside\": pattern with the rule's placeholders, \"shape\": [expression, ...], "
-                            "\"dtype\": torch dtype name} on a \"drop_when\": \"zeros\" rule");
+    bad_map(source,
+            where +
+                ": \"zeros\" is {\"beside\": pattern with the rule's placeholders, \"shape\": [expression, ...], "
+                "\"dtype\": torch dtype name} on a \"drop_when\": \"zeros\" rule");
   rule.zeros_beside = z["beside"].get<std::string>();
   for (const auto& d : z["shape"]) rule.zeros_shape.push_back(d.get<std::string>());
   rule.zeros_dtype = z["dtype"].get<std::string>();
@@ -184,22 +202,28 @@ bool any_part_rope(const KeyMap::Rule& rule) {
 void parse_stack(const json& r, const std::string& where, const std::string& source, bool list, KeyMap::Rule& rule) {
   // "stack" says what "experts" says (a layer stack reads better as a stack); parse_rule refused both.
   rule.experts = r.contains("stack") ? r["stack"] : r.value("experts", json());
-  if (!rule.experts.is_null() && !(rule.experts.is_object() && rule.experts.contains("count") && rule.experts["count"].is_string()) &&
+  if (!rule.experts.is_null() &&
+      !(rule.experts.is_object() && rule.experts.contains("count") && rule.experts["count"].is_string()) &&
       !rule.experts.is_array())
-    bad_map(source, where + ": \"experts\" / \"stack\" is {\"dim\": n, \"count\": expr}, or a list of {\"dim\", \"count\", \"index\"}");
+    bad_map(
+        source,
+        where +
+            ": \"experts\" / \"stack\" is {\"dim\": n, \"count\": expr}, or a list of {\"dim\", \"count\", \"index\"}");
   if (rule.experts.is_array()) {
     bool ok = !rule.experts.empty();
     int64_t next = -1;
     for (const auto& a : rule.experts) {
-      ok = ok && a.is_object() && a.size() == 3 && a.contains("dim") && a["dim"].is_number_integer() && a.contains("count") &&
-           a["count"].is_string() && a.contains("index") && a["index"].is_string();
+      ok = ok && a.is_object() && a.size() == 3 && a.contains("dim") && a["dim"].is_number_integer() &&
+           a.contains("count") && a["count"].is_string() && a.contains("index") && a["index"].is_string();
       if (!ok) break;
       const int64_t d = a["dim"].get<int64_t>();
       ok = d >= 0 && (next < 0 || d == next);
       next = d + 1;
     }
     if (!ok)
-      bad_map(source, where + ": a stack over several axes is a list of {\"dim\": n, \"count\": expr, \"index\": placeholder}, on consecutive dims in order");
+      bad_map(source, where +
+                          ": a stack over several axes is a list of {\"dim\": n, \"count\": expr, \"index\": "
+                          "placeholder}, on consecutive dims in order");
     if (rule.experts.size() == 1) rule.experts = rule.experts[0];
   }
   if (!rule.experts.is_null() && (rule.side[0].empty() || rule.side[1].empty()))
@@ -217,8 +241,10 @@ void parse_reorder(const json& r, const std::string& where, const std::string& s
   if (rule.transpose) {
     // The piece copier swaps the last two dims of a box; a transposed part is neither re-rowed
     // nor cut into groups; a stack's entries are transposed one by one (not a stacked list).
-    if (!rule.rope.is_null() || any_part_rope(rule)) bad_map(source, where + ": \"transpose\" with \"rope\" is not a rule kind");
-    if (!rule.experts.is_null() && list) bad_map(source, where + ": \"transpose\" of a stacked list is not a rule kind");
+    if (!rule.rope.is_null() || any_part_rope(rule))
+      bad_map(source, where + ": \"transpose\" with \"rope\" is not a rule kind");
+    if (!rule.experts.is_null() && list)
+      bad_map(source, where + ": \"transpose\" of a stacked list is not a rule kind");
     if (!rule.groups.empty()) bad_map(source, where + ": \"transpose\" with \"groups\" is not a rule kind");
     if (rule.side[0].empty() || rule.side[1].empty()) bad_map(source, where + ": \"transpose\" needs both sides");
   }
@@ -227,7 +253,10 @@ void parse_reorder(const json& r, const std::string& where, const std::string& s
       bad_map(source, where + ": \"interleave\" is a dimension (an integer, 0 or more)");
     rule.interleave = r["interleave"].get<int64_t>();
     if (list || !rule.rope.is_null() || !rule.groups.empty() || rule.side[0].empty() || rule.side[1].empty())
-      bad_map(source, where + ": \"interleave\" belongs to a rule with one key on each side (renamed or stacked), without \"rope\"");
+      bad_map(
+          source,
+          where +
+              ": \"interleave\" belongs to a rule with one key on each side (renamed or stacked), without \"rope\"");
   }
 }
 
@@ -238,7 +267,8 @@ void parse_tied(const json& t, const std::string& where, const std::string& sour
   for (int s = 0; ok && s < 2; ++s)
     if (t.contains(m.sides[s])) {
       ok = t[m.sides[s]].is_string() && !list && rule.experts.is_null() && rule.rope.is_null() && !rule.transpose &&
-           !rule.side[0].empty() && !rule.side[1].empty() && Pattern::parse(rule.side[s][0].pattern, source).names.empty() &&
+           !rule.side[0].empty() && !rule.side[1].empty() &&
+           Pattern::parse(rule.side[s][0].pattern, source).names.empty() &&
            Pattern::parse(t[m.sides[s]].get<std::string>(), source).names.empty();
       if (ok) rule.tied[s] = t[m.sides[s]].get<std::string>();
     }
@@ -258,7 +288,8 @@ KeyMap::Rule parse_rule(const json& r, size_t i, const KeyMap& m, bool family, c
   const bool list = rule.list[0] || rule.list[1];
   rule.dim = r.value("dim", int64_t{0});
   rule.rope = r.value("rope", json());
-  if (r.contains("experts") && r.contains("stack")) bad_map(source, where + ": \"experts\" and \"stack\" are one field; give one");
+  if (r.contains("experts") && r.contains("stack"))
+    bad_map(source, where + ": \"experts\" and \"stack\" are one field; give one");
   if (r.contains("groups")) {
     if (!r["groups"].is_string()) bad_map(source, where + ": \"groups\" is an expression (a string)");
     rule.groups = r["groups"].get<std::string>();
@@ -271,7 +302,8 @@ KeyMap::Rule parse_rule(const json& r, size_t i, const KeyMap& m, bool family, c
   if (!rule.rope.is_null() && list) bad_map(source, where + ": a list side carries \"rope\" on its parts");
   parse_reorder(r, where, source, list, rule);
   if (r.contains("tied")) parse_tied(r["tied"], where, source, m, list, rule);
-  if (r.contains("keep_dtype") && !r["keep_dtype"].is_boolean()) bad_map(source, where + ": \"keep_dtype\" is true or false");
+  if (r.contains("keep_dtype") && !r["keep_dtype"].is_boolean())
+    bad_map(source, where + ": \"keep_dtype\" is true or false");
   rule.keep_dtype = r.value("keep_dtype", false);
   const json tags = family ? r.value("variants", json::array()) : json::array();
   if (!tags.is_array() || !std::all_of(tags.begin(), tags.end(), [](const json& x) { return x.is_string(); }))
@@ -291,7 +323,8 @@ KeyMap parse_map(const json& j, const std::string& source) {
   m.params = j.value("params", json::object());
   if (!m.params.is_object()) bad_map(source, "\"params\" must be an object");
   for (const auto& [k, v] : m.params.items()) check_param(k, v, source);
-  if (!j.contains("rules") || !j["rules"].is_array() || j["rules"].empty()) bad_map(source, "\"rules\" must be a non-empty list");
+  if (!j.contains("rules") || !j["rules"].is_array() || j["rules"].empty())
+    bad_map(source, "\"rules\" must be a non-empty list");
   for (size_t i = 0; i < j["rules"].size(); ++i) m.rules.push_back(parse_rule(j["rules"][i], i, m, family, source));
   return m;
 }
@@ -318,7 +351,8 @@ class FamilyExpander {
     groups_ = fam.value("groups", json::object());
     layer_rules_ = fam.value("layer_rules", json::array());
     aliases_ = fam.value("aliases", json::object());
-    need(variants_.is_object() && prefixes_.is_object() && groups_.is_object() && layer_rules_.is_array() && aliases_.is_object(),
+    need(variants_.is_object() && prefixes_.is_object() && groups_.is_object() && layer_rules_.is_array() &&
+             aliases_.is_object(),
          "\"variants\", \"prefixes\", \"groups\" and \"aliases\" are objects, \"layer_rules\" a list");
     for (const auto& [n, v] : variants_.items()) check_variant(n, v);
     sides_ = {fam["sides"][0].get<std::string>(), fam["sides"][1].get<std::string>()};
@@ -335,19 +369,17 @@ class FamilyExpander {
       for (const auto& [n, v] : variants_.items()) allowed.push_back(n);
     json out_variants = json::object();
     for (const auto& n : allowed) {
-      need(n.is_string() && variants_.contains(n.get<std::string>()), "alias " + alias + ": \"variants\" names a variant the family lacks");
+      need(n.is_string() && variants_.contains(n.get<std::string>()),
+           "alias " + alias + ": \"variants\" names a variant the family lacks");
       out_variants[n.get<std::string>()] = variants_[n.get<std::string>()];
     }
     emit(a.value("rules", fam_.value("rules", json::array())), 0);
-    json out = {{"schema", kSchema2},
-                {"name", alias.empty() ? fam_["name"] : json(alias)},
-                {"family", fam_["name"]},
-                {"description", a.value("description", fam_.value("description", ""))},
-                {"sides", fam_["sides"]},
-                {"params", fam_.value("params", json::object())},
-                {"variants", out_variants},
-                {"rules", rules_}};
-    if (a.contains("models") || fam_.contains("models")) out["models"] = a.value("models", fam_.value("models", json::array()));
+    json out = {{"schema", kSchema2},       {"name", alias.empty() ? fam_["name"] : json(alias)},
+                {"family", fam_["name"]},   {"description", a.value("description", fam_.value("description", ""))},
+                {"sides", fam_["sides"]},   {"params", fam_.value("params", json::object())},
+                {"variants", out_variants}, {"rules", rules_}};
+    if (a.contains("models") || fam_.contains("models"))
+      out["models"] = a.value("models", fam_.value("models", json::array()));
     if (a.contains("model") || fam_.contains("model")) out["model"] = a.value("model", fam_.value("model", json()));
     return out;
   }
@@ -363,7 +395,8 @@ class FamilyExpander {
     for (const auto& [f, x] : v.is_object() ? v.items() : variants_.items())
       ok = ok && (f == "model_types" || f == "description" || (f == "default" && x.is_boolean()) ||
                   (f == "params" && x.is_object()) || (f == "args" && x.is_object()) ||
-                  (f == "classes" && x.is_array() && std::all_of(x.begin(), x.end(), [](const json& c) { return c.is_string(); })));
+                  (f == "classes" && x.is_array() &&
+                   std::all_of(x.begin(), x.end(), [](const json& c) { return c.is_string(); })));
     need(ok, "variant " + n +
                  ": {\"model_types\": [model_type, ...], \"description\", \"default\": bool, \"params\": {...}, "
                  "\"classes\": [class, ...], \"args\": {...}}");
@@ -372,7 +405,8 @@ class FamilyExpander {
   std::set<std::string> placeholders(const json& side) const {
     std::set<std::string> names;
     for (const auto& p : side.is_array() ? side : json::array({side}))
-      for (const auto& n : Pattern::parse(p.is_object() ? p.value("key", "") : p.get<std::string>(), source_).names) names.insert(n);
+      for (const auto& n : Pattern::parse(p.is_object() ? p.value("key", "") : p.get<std::string>(), source_).names)
+        names.insert(n);
     return names;
   }
 
@@ -395,7 +429,8 @@ class FamilyExpander {
   void layer(const std::string& pname) {
     need(prefixes_.contains(pname) && prefixes_[pname].is_object(), "no prefix " + pname);
     const json& p = prefixes_[pname];
-    for (const auto& s : sides_) need(p.contains(s) && p[s].is_string(), "prefix " + pname + ": a key prefix for each side");
+    for (const auto& s : sides_)
+      need(p.contains(s) && p[s].is_string(), "prefix " + pname + ": a key prefix for each side");
     for (const auto& r : layer_rules_) {
       need(r.is_object(), "a layer rule is an object");
       const bool explicit_only = p.value("explicit", false);
@@ -409,7 +444,8 @@ class FamilyExpander {
       nr.erase("prefixes");
       put_under(p, nr);
       // a one-sided rule (a key one side has and the other lacks) stacks nothing: its keys are its side's own
-      if (p.contains("stack") && nr.contains(sides_[0]) && nr.contains(sides_[1])) stack_under(pname, p["stack"], r, nr);
+      if (p.contains("stack") && nr.contains(sides_[0]) && nr.contains(sides_[1]))
+        stack_under(pname, p["stack"], r, nr);
       rules_.push_back(std::move(nr));
     }
   }
@@ -418,12 +454,15 @@ class FamilyExpander {
   void put_under(const json& p, json& nr) const {
     for (const auto& s : sides_) {
       if (!nr.contains(s)) continue;
-      if (nr[s].is_string()) nr[s] = p[s].get<std::string>() + nr[s].get<std::string>();
+      if (nr[s].is_string())
+        nr[s] = p[s].get<std::string>() + nr[s].get<std::string>();
       else if (nr[s].is_array())
         for (auto& part : nr[s])
-          if (part.is_object() && part.contains("key") && part["key"].is_string()) part["key"] = p[s].get<std::string>() + part["key"].get<std::string>();
+          if (part.is_object() && part.contains("key") && part["key"].is_string())
+            part["key"] = p[s].get<std::string>() + part["key"].get<std::string>();
       // a zeros rule's `beside` is a key of the side the rule names, under the same prefix
-      if (nr.contains("zeros") && nr["zeros"].is_object() && nr["zeros"].contains("beside") && nr["zeros"]["beside"].is_string())
+      if (nr.contains("zeros") && nr["zeros"].is_object() && nr["zeros"].contains("beside") &&
+          nr["zeros"]["beside"].is_string())
         nr["zeros"]["beside"] = p[s].get<std::string>() + nr["zeros"]["beside"].get<std::string>();
     }
   }
@@ -441,11 +480,13 @@ class FamilyExpander {
     }
     // the rule's own axis is indexed by the placeholder its per-entry side has and its
     // stacked side lacks (the expert's {E})
-    std::set<std::string> a0 = placeholders(r.value(sides_[0], json(""))), a1 = placeholders(r.value(sides_[1], json(""))), diff;
+    std::set<std::string> a0 = placeholders(r.value(sides_[0], json(""))),
+                          a1 = placeholders(r.value(sides_[1], json(""))), diff;
     std::set_symmetric_difference(a0.begin(), a0.end(), a1.begin(), a1.end(), std::inserter(diff, diff.end()));
     need(own.is_object() && own.contains("dim") && own["dim"].is_number_integer() && diff.size() == 1,
          "a layer rule's stack under the stacked prefix " + pname + " is one axis, indexed by one placeholder");
-    nr["stack"] = json::array({ax, {{"dim", own["dim"].get<int64_t>() + 1}, {"count", own["count"]}, {"index", *diff.begin()}}});
+    nr["stack"] =
+        json::array({ax, {{"dim", own["dim"].get<int64_t>() + 1}, {"count", own["count"]}, {"index", *diff.begin()}}});
   }
 
   const json& fam_;
@@ -463,7 +504,8 @@ json parse_text(const std::string& text, const std::string& source) {
   json j = json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object()) bad_map(source, "not a JSON object");
   const std::string schema = j.value("schema", "");
-  if (schema != kSchema1 && schema != kSchema2) bad_map(source, "\"schema\" must be \"dcpctl-map/1\" or \"dcpctl-map/2\" (a family)");
+  if (schema != kSchema1 && schema != kSchema2)
+    bad_map(source, "\"schema\" must be \"dcpctl-map/1\" or \"dcpctl-map/2\" (a family)");
   return j;
 }
 
@@ -496,21 +538,28 @@ std::vector<KeyMap> builtin_key_maps() {
 }
 
 KeyMap load_key_map(const std::string& name_or_path) {
-  bool file = name_or_path.find('/') != std::string::npos || (name_or_path.size() > 5 && name_or_path.rfind(".json") == name_or_path.size() - 5);
+  bool file = name_or_path.find('/') != std::string::npos ||
+              (name_or_path.size() > 5 && name_or_path.rfind(".json") == name_or_path.size() - 5);
   if (!file)
     for (auto& m : builtin_key_maps())
       if (m.name == name_or_path) return m;
-  if (path_exists(name_or_path) && !is_directory(name_or_path)) return parse_maps(read_text(name_or_path), name_or_path, false)[0];
+  if (path_exists(name_or_path) && !is_directory(name_or_path))
+    return parse_maps(read_text(name_or_path), name_or_path, false)[0];
   std::string names;
   for (const auto& m : builtin_key_maps()) names += (names.empty() ? "" : ", ") + m.name;
-  throw UsageError(Where(name_or_path), file ? "no such map file" : "no built-in map of this name (built-in: " + names + "; or give a .json file)");
+  throw UsageError(
+      Where(name_or_path),
+      file ? "no such map file" : "no built-in map of this name (built-in: " + names + "; or give a .json file)");
 }
 
-KeyMap choose_variant(const KeyMap& map, const json& config, const std::vector<std::string>& keys, std::string* chosen, std::string* why) {
+KeyMap choose_variant(const KeyMap& map, const json& config, const std::vector<std::string>& keys, std::string* chosen,
+                      std::string* why) {
   if (map.family.empty()) return map;
   const KeyMap::Variant* pick = nullptr;
   std::string how;
-  const std::string mt = config.is_object() && config.contains("model_type") && config["model_type"].is_string() ? config["model_type"].get<std::string>() : "";
+  const std::string mt = config.is_object() && config.contains("model_type") && config["model_type"].is_string()
+                             ? config["model_type"].get<std::string>()
+                             : "";
   if (map.variants.size() == 1) {
     pick = &map.variants[0];
     how = "map " + map.name + "'s only variant";
@@ -555,14 +604,18 @@ KeyMap choose_variant(const KeyMap& map, const json& config, const std::vector<s
     }
     for (const auto* v : tied)
       if (!pick || v->is_default) pick = pick && pick->is_default ? pick : v;
-    how = pick ? "the checkpoint's keys (" + std::to_string(best) + " match the variant's rules; config.json names no model_type)" : "";
+    how = pick ? "the checkpoint's keys (" + std::to_string(best) +
+                     " match the variant's rules; config.json names no model_type)"
+               : "";
     for (const auto& v : map.variants)
-      if (!pick && v.is_default) pick = &v, how = "the default (config.json names no model_type and the checkpoint's keys do not tell)";
+      if (!pick && v.is_default)
+        pick = &v, how = "the default (config.json names no model_type and the checkpoint's keys do not tell)";
   }
   KeyMap out = map;
   out.rules.clear();
   for (const auto& r : map.rules)
-    if (r.variants.empty() || (pick && std::find(r.variants.begin(), r.variants.end(), pick->name) != r.variants.end())) {
+    if (r.variants.empty() ||
+        (pick && std::find(r.variants.begin(), r.variants.end(), pick->name) != r.variants.end())) {
       out.rules.push_back(r);
       out.rules.back().index = out.rules.size() - 1;
     }
@@ -576,8 +629,15 @@ KeyMap choose_variant(const KeyMap& map, const json& config, const std::vector<s
 json MappedModel::describe() const {
   json reasons_by_key = json::object();
   for (size_t i = 0; i < dropped.size() && i < reasons.size(); ++i) reasons_by_key[dropped[i]] = reasons[i];
-  json j = {{"name", name},         {"direction", from + "->" + to}, {"mapped", inputs}, {"outputs", tensors.size()}, {"left_out", left_out},
-            {"dropped", dropped},   {"drop_reasons", reasons_by_key}, {"missing", missing}, {"excluded", excluded}};
+  json j = {{"name", name},
+            {"direction", from + "->" + to},
+            {"mapped", inputs},
+            {"outputs", tensors.size()},
+            {"left_out", left_out},
+            {"dropped", dropped},
+            {"drop_reasons", reasons_by_key},
+            {"missing", missing},
+            {"excluded", excluded}};
   j["model"] = model.empty() ? json() : json(model);
   j["config"] = config.empty() ? json() : json(config);
   j["tie_word_embeddings"] = tied.empty() ? json() : json(tied == "true");
@@ -671,8 +731,10 @@ json variant_args(const KeyMap& map, const std::string& variant) {
 std::vector<std::string> rule_kinds(const KeyMap& map) {
   std::set<std::string> kinds;
   for (const auto& r : map.rules) {
-    if (r.side[0].empty() || r.side[1].empty()) kinds.insert("drop");
-    else if (r.shape == RuleShape::OneToOne) kinds.insert("rename");
+    if (r.side[0].empty() || r.side[1].empty())
+      kinds.insert("drop");
+    else if (r.shape == RuleShape::OneToOne)
+      kinds.insert("rename");
     if (r.shape == RuleShape::Concat) kinds.insert("concat");
     if (!r.experts.is_null()) kinds.insert("stack");
     if (!r.groups.empty()) kinds.insert("groups");

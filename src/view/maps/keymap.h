@@ -27,9 +27,9 @@
 // counterpart's with the last two dims swapped (grouped experts [E, out, in] <-> [E, in, out]); on a
 // list rule, each part is, and `dim` is a dimension of the one joined tensor; under a stack, each
 // entry is. `interleave`: along a dimension, halves on the first side, alternating on the second. `tied` {SIDE: KEY}:
-// from SIDE, a missing key of a tied model is made from KEY (lm_head from the embedding). Parameters come from config.json (the first key of
-// a list that is present), else `default`; expressions are integer arithmetic (+ - * / and
-// parentheses) over parameters, config keys and integers.
+// from SIDE, a missing key of a tied model is made from KEY (lm_head from the embedding). Parameters come from
+// config.json (the first key of a list that is present), else `default`; expressions are integer arithmetic (+ - * /
+// and parentheses) over parameters, config keys and integers.
 //
 // The direction follows the input: the side whose patterns the input's tensor keys match. What a
 // map yields is geometry only, from .metadata: each output tensor as parts (boxes of saved
@@ -64,7 +64,7 @@ enum class RuleShape {
 // A parsed map (the JSON above), checked when loaded.
 struct KeyMap {
   std::string name, description, source;  // source: "built-in" or the file it came from
-  std::vector<std::string> models;         // "models": the families it covers (optional)
+  std::vector<std::string> models;        // "models": the families it covers (optional)
   std::string sides[2];
   // "model": {SIDE: [PREFIX, ...]}: which of a side's tensor keys are the model's weights
   // (megatron's `embedding.`, `decoder.`, `output_layer.`; Hugging Face's `model.`, `lm_head.`).
@@ -97,18 +97,18 @@ struct KeyMap {
   nlohmann::json params;  // name -> {"config": key | [keys], "default": expr}
   struct Part {
     std::string pattern;
-    std::string size;  // expression (a list side's parts)
+    std::string size;     // expression (a list side's parts)
     nlohmann::json rope;  // null or {"heads", "head_dim"}
   };
   struct Rule {
     RuleShape shape = RuleShape::OneToOne;
     std::vector<Part> side[2];  // empty: the rule names keys of the other side only
     bool list[2] = {false, false};
-    int64_t dim = 0;            // a list side: the dimension the parts join along
-    nlohmann::json rope;        // a 1:1 rule's row permutation
-    nlohmann::json experts;     // null or {"dim", "count"} ("experts" or "stack" in the file)
-    std::string groups;         // a list rule: the concatenation repeats this many times (expression), or ""
-    bool transpose = false;     // each tensor of one side is the other's with its last two dims swapped
+    int64_t dim = 0;         // a list side: the dimension the parts join along
+    nlohmann::json rope;     // a 1:1 rule's row permutation
+    nlohmann::json experts;  // null or {"dim", "count"} ("experts" or "stack" in the file)
+    std::string groups;      // a list rule: the concatenation repeats this many times (expression), or ""
+    bool transpose = false;  // each tensor of one side is the other's with its last two dims swapped
     // "interleave": N: along dimension N of one entry (a stack's entry: the tensor without the
     // stack's dims; in the first side's frame when transposed) the first side holds two halves one
     // after the other ([gate; up]) and the second the same slices alternating (gate 0, up 0, gate 1,
@@ -132,9 +132,9 @@ struct KeyMap {
     std::string zeros_beside;
     std::vector<std::string> zeros_shape;
     std::string zeros_dtype;
-    bool keep_dtype = false;    // "keep_dtype": true: --dtype keeps its tensors' saved dtype (plan/precision.h)
+    bool keep_dtype = false;            // "keep_dtype": true: --dtype keeps its tensors' saved dtype (plan/precision.h)
     std::vector<std::string> variants;  // a family's rule: the variants it belongs to (empty: every one)
-    size_t index = 0;           // position in "rules", for messages
+    size_t index = 0;                   // position in "rules", for messages
   };
   std::vector<Rule> rules;
 };
@@ -153,8 +153,8 @@ std::vector<KeyMap> builtin_key_maps();
 // it claims to be), else the one whose own rules match most of `keys`, else the default.
 // `*chosen` is its name ("" for none), `*why` how it was chosen. A map without variants comes
 // back as it is.
-KeyMap choose_variant(const KeyMap& map, const nlohmann::json& config, const std::vector<std::string>& keys, std::string* chosen,
-                      std::string* why);
+KeyMap choose_variant(const KeyMap& map, const nlohmann::json& config, const std::vector<std::string>& keys,
+                      std::string* chosen, std::string* why);
 // The built-in maps that take `keys` from another framework's names to Hugging Face's: those with
 // an "hf" side whose other side's rules match every key under that side's model prefixes, and match
 // more of `keys` than the hf side's rules do (torchtune's `layers.N.attn.q_proj.weight` are no Hugging
@@ -188,22 +188,23 @@ std::string read_text(const std::string& path);
 bool renames_whole(const Metadata& md, const MappedTensor& mt);
 
 struct MappedModel {
-  std::string name, from, to;     // the map, and the sides mapped from and to
+  std::string name, from, to;         // the map, and the sides mapped from and to
   std::vector<MappedTensor> tensors;  // in the input's order (split parts in order)
   size_t inputs = 0;                  // input keys the outputs are made of
   std::vector<std::string> left_out;  // selected keys no rule covers (tensors and other items)
   std::vector<std::string> dropped;   // input keys a one-sided rule drops
   std::vector<std::string> reasons;   // beside each of `dropped`: its rule's reason
-  std::vector<std::string> zero_checked;  // of `dropped`: those its rule drops only when all zeros (checked by build_model)
+  std::vector<std::string>
+      zero_checked;                   // of `dropped`: those its rule drops only when all zeros (checked by build_model)
   std::vector<std::string> missing;   // output keys a rule would make but some input is missing
   std::vector<std::string> model;     // the input side's model namespaces; empty: every tensor key
   std::vector<std::string> excluded;  // keys --exclude left out (set by the caller: excluded_keys)
   // Each output written as zeros (a "zeros" rule, MappedTensor::zeros) -> its rule's reason: why
   // zeros are that tensor (the trainer starts it so; a router bias of zeros shifts no choice).
   nlohmann::json zero_reasons = nlohmann::json::object();
-  std::string tied;                   // a config with tie_word_embeddings: what it says, else empty
-  std::string config;                 // the config.json the parameters came from ("" if none needed)
-  std::string family, variant;        // a family's map: the variant chosen ("" : none fits), and why
+  std::string tied;             // a config with tie_word_embeddings: what it says, else empty
+  std::string config;           // the config.json the parameters came from ("" if none needed)
+  std::string family, variant;  // a family's map: the variant chosen ("" : none fits), and why
   std::string variant_from;
   // Each parameter the rules used: name -> {"value", "from"}: config.json's key (or the alias
   // transformers reads it through, or text_config's), the tensors' shapes, or the map's default.
@@ -224,7 +225,7 @@ struct MappedModel {
   // fields of the argparse.Namespace the megatron format writes as the common state's `args`, and
   // where they came from; null: no args written (--json's `megatron_args`: {from, fields, set}).
   nlohmann::json megatron_args;
-  nlohmann::json describe() const;    // the `map` object of --json
+  nlohmann::json describe() const;  // the `map` object of --json
 };
 
 // Applies `map` to the selected items of `md`. UsageError (exit 2) when no key matches either side,
@@ -236,8 +237,8 @@ struct MappedModel {
 // such key; `--exclude GLOB` is how a user leaves one out on purpose.
 // `from`, when given: the side the input must be mapped from (diff maps its second input only
 // when it is on the first's side); UsageError, before any refusal, when its keys choose the other.
-MappedModel apply_key_map(const KeyMap& map, const Metadata& md, const std::vector<SelectedItem>& items, const MapConfig& config,
-                          const std::string& from = "");
+MappedModel apply_key_map(const KeyMap& map, const Metadata& md, const std::vector<SelectedItem>& items,
+                          const MapConfig& config, const std::string& from = "");
 
 // The output box `out` of a mapped tensor, as pieces of saved chunks: declared in meta/pieces.h
 // (plan_mapped_pieces).

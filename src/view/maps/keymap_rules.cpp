@@ -23,11 +23,11 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "view/maps/keymap.h"
-#include "view/maps/keymap_terms.h"
 #include "meta/pieces.h"
 #include "util/dtype.h"
 #include "util/error.h"
+#include "view/maps/keymap.h"
+#include "view/maps/keymap_terms.h"
 
 namespace dcpctl {
 
@@ -51,7 +51,8 @@ std::shared_ptr<const std::vector<int64_t>> rope_rows(int64_t heads, int64_t hea
 
 class MapBuilder {
  public:
-  MapBuilder(const KeyMap& map, const Metadata& md, const std::vector<SelectedItem>& items, const MapConfig& config, const std::string& from)
+  MapBuilder(const KeyMap& map, const Metadata& md, const std::vector<SelectedItem>& items, const MapConfig& config,
+             const std::string& from)
       : map_(map), md_(md), items_(items), config_(config), params_(map, config), want_from_(from) {}
 
   MappedModel build() {
@@ -108,7 +109,8 @@ class MapBuilder {
             try {
               any = any || p.match(it.key, v, &params_);
             } catch (const UsageError&) {
-              any = true;  // the key has this side's shape; the parameter an offset needs is asked for again when the key is mapped
+              any = true;  // the key has this side's shape; the parameter an offset needs is asked for again when the
+                           // key is mapped
             }
           }
         hits[s] += any;
@@ -116,17 +118,20 @@ class MapBuilder {
       }
     }
     if (hits[0] == 0 && hits[1] == 0)
-      throw UsageError(Where(md_.source), "map " + map_.name + " matches none of the selected keys (neither its " + map_.sides[0] + " nor its " +
-                                              map_.sides[1] + " names); check --select, or the map");
+      throw UsageError(Where(md_.source), "map " + map_.name + " matches none of the selected keys (neither its " +
+                                              map_.sides[0] + " nor its " + map_.sides[1] +
+                                              " names); check --select, or the map");
     if (hits[0] == hits[1])
-      throw UsageError(Where(md_.source), "map " + map_.name + ": as many keys match its " + map_.sides[0] + " names as its " + map_.sides[1] +
-                                              " names (" + std::to_string(hits[0]) + "); the direction is ambiguous");
+      throw UsageError(Where(md_.source), "map " + map_.name + ": as many keys match its " + map_.sides[0] +
+                                              " names as its " + map_.sides[1] + " names (" + std::to_string(hits[0]) +
+                                              "); the direction is ambiguous");
     from_ = hits[0] > hits[1] ? 0 : 1;
     to_ = 1 - from_;
     out_.from = map_.sides[from_];
     out_.to = map_.sides[to_];
     if (!want_from_.empty() && out_.from != want_from_)
-      throw UsageError(Where(md_.source), "map " + map_.name + ": the keys are on its " + out_.from + " side, not " + want_from_);
+      throw UsageError(Where(md_.source),
+                       "map " + map_.name + ": the keys are on its " + out_.from + " side, not " + want_from_);
     for (const auto& r : map_.rules) kinds_.push_back(kind_of(r));
     // Refused here, before any parameter is asked for: a model weight no rule covers is lost
     // whatever config.json says.
@@ -141,9 +146,12 @@ class MapBuilder {
   Kind kind_of(const KeyMap::Rule& r) const {
     if (r.side[to_].empty()) return &MapBuilder::drop;
     switch (r.shape) {
-      case RuleShape::Experts: return stacked_is_from(r) ? &MapBuilder::unstack : &MapBuilder::stack;
-      case RuleShape::Concat: return r.list[to_] ? &MapBuilder::split : &MapBuilder::join;
-      case RuleShape::OneToOne: break;
+      case RuleShape::Experts:
+        return stacked_is_from(r) ? &MapBuilder::unstack : &MapBuilder::stack;
+      case RuleShape::Concat:
+        return r.list[to_] ? &MapBuilder::split : &MapBuilder::join;
+      case RuleShape::OneToOne:
+        break;
     }
     return &MapBuilder::rename;
   }
@@ -172,7 +180,8 @@ class MapBuilder {
   void rename(const Match& m) {
     const KeyMap::Rule& rule = map_.rules[m.rule];
     const TensorMeta& t = tensor(m.item.index);
-    MappedTensor mt = new_tensor(to_pat(m.rule, 0).fill(m.vals, &params_), transposed(t.shape, rule, m.item.key), t, m.rule);
+    MappedTensor mt =
+        new_tensor(to_pat(m.rule, 0).fill(m.vals, &params_), transposed(t.shape, rule, m.item.key), t, m.rule);
     MapPart part = whole_part(m.item.index);
     if (!rule.rope.is_null()) {
       if (t.ndim() < 1) shape_error(m.item.key, "a 0-d tensor has no rows to reorder");
@@ -200,12 +209,14 @@ class MapBuilder {
   Layout layout(const Match& m, const std::vector<KeyMap::Part>& list, const std::string& key) {
     const KeyMap::Rule& rule = map_.rules[m.rule];
     Layout l;
-    if (!rule.groups.empty()) l.groups = params_.eval(rule.groups, "the groups of " + key + " (" + rule_name(m.rule) + ")");
+    if (!rule.groups.empty())
+      l.groups = params_.eval(rule.groups, "the groups of " + key + " (" + rule_name(m.rule) + ")");
     if (l.groups <= 0) shape_error(key, "the concatenation's groups are " + std::to_string(l.groups));
     for (const auto& p : list) {
       int64_t n = params_.eval(p.size, "the part " + p.pattern + " of " + key + " (" + rule_name(m.rule) + ")");
       if (n < 0 || n % l.groups)
-        shape_error(key, "the part " + p.pattern + " is " + std::to_string(n) + " long, not a multiple of the " + std::to_string(l.groups) + " groups");
+        shape_error(key, "the part " + p.pattern + " is " + std::to_string(n) + " long, not a multiple of the " +
+                             std::to_string(l.groups) + " groups");
       l.at.push_back(l.stride);
       l.size.push_back(n);
       l.stride += n / l.groups;
@@ -221,14 +232,16 @@ class MapBuilder {
     const TensorMeta& t = tensor(m.item.index);
     std::optional<Experts> e;
     if (!rule.experts.is_null()) e = experts(m);
-    if (e && !stack_fits(t, *e)) shape_error(m.item.key, "shape " + whole_box(t).text() + " is not the stacked entries " + stack_text(*e));
+    if (e && !stack_fits(t, *e))
+      shape_error(m.item.key, "shape " + whole_box(t).text() + " is not the stacked entries " + stack_text(*e));
     const int64_t dim = rule.dim, entry_rank = static_cast<int64_t>(t.ndim()) - (e ? e->units() : 0);
-    if (dim < 0 || dim >= entry_rank) shape_error(m.item.key, "split dimension " + std::to_string(dim) + " out of range");
+    if (dim < 0 || dim >= entry_rank)
+      shape_error(m.item.key, "split dimension " + std::to_string(dim) + " out of range");
     const int64_t sdim = e && e->dim <= dim ? dim + e->units() : dim;  // `dim` in the saved tensor
     Layout l = layout(m, rule.side[to_], m.item.key);
     if (l.total != t.shape[static_cast<size_t>(sdim)])
-      shape_error(m.item.key, "its parts' sizes sum to " + std::to_string(l.total) + ", dimension " + std::to_string(dim) + " is " +
-                                  std::to_string(t.shape[static_cast<size_t>(sdim)]));
+      shape_error(m.item.key, "its parts' sizes sum to " + std::to_string(l.total) + ", dimension " +
+                                  std::to_string(dim) + " is " + std::to_string(t.shape[static_cast<size_t>(sdim)]));
     for (int64_t x = 0; x < (e ? e->count : 1); ++x) {
       auto vals = m.vals;
       if (e) e->set(vals, x);
@@ -295,24 +308,29 @@ class MapBuilder {
     const int64_t dim = rule.dim;  // of the output
     const size_t n = fp.size();
     std::vector<int64_t> shape = tensor(parts[0]).shape;
-    if (dim < 0 || dim >= static_cast<int64_t>(shape.size())) shape_error(keys[0], "join dimension " + std::to_string(dim) + " out of range");
+    if (dim < 0 || dim >= static_cast<int64_t>(shape.size()))
+      shape_error(keys[0], "join dimension " + std::to_string(dim) + " out of range");
     // `dim` in the parts: the other of the last two when they land transposed.
-    const int64_t rank = static_cast<int64_t>(shape.size()), pdim = rule.transpose && dim >= rank - 2 ? 2 * rank - 3 - dim : dim;
+    const int64_t rank = static_cast<int64_t>(shape.size()),
+                  pdim = rule.transpose && dim >= rank - 2 ? 2 * rank - 3 - dim : dim;
     Layout l = layout(m, rule.side[from_], output);
     for (size_t i = 0; i < parts.size(); ++i) {
       const TensorMeta& pk = tensor(parts[i]);
       std::vector<int64_t> a = pk.shape, b = shape;
       if (a.size() != b.size()) shape_error(keys[i], "parts of one join differ in rank");
       a[static_cast<size_t>(pdim)] = b[static_cast<size_t>(pdim)] = 0;
-      if (a != b || pk.dtype_name != tensor(parts[0]).dtype_name) shape_error(keys[i], "parts of one join differ in shape or dtype");
+      if (a != b || pk.dtype_name != tensor(parts[0]).dtype_name)
+        shape_error(keys[i], "parts of one join differ in shape or dtype");
       if (l.size[i % n] != pk.shape[static_cast<size_t>(pdim)])
-        shape_error(keys[i], "dimension " + std::to_string(pdim) + " is " + std::to_string(pk.shape[static_cast<size_t>(pdim)]) + ", the map says " +
+        shape_error(keys[i], "dimension " + std::to_string(pdim) + " is " +
+                                 std::to_string(pk.shape[static_cast<size_t>(pdim)]) + ", the map says " +
                                  std::to_string(l.size[i % n]));
     }
     shape = transposed(shape, rule, keys[0]);
     shape[static_cast<size_t>(dim)] = l.total;
     if (e) {
-      if (e->dim < 0 || e->dim > static_cast<int64_t>(shape.size())) shape_error(m.item.key, "stack dimension out of range");
+      if (e->dim < 0 || e->dim > static_cast<int64_t>(shape.size()))
+        shape_error(m.item.key, "stack dimension out of range");
       for (auto a = e->axes.rbegin(); a != e->axes.rend(); ++a) shape.insert(shape.begin() + e->dim, a->count);
     }
     const int64_t odim = e && e->dim <= dim ? dim + e->units() : dim;  // `dim` in the output
@@ -408,7 +426,8 @@ class MapBuilder {
     for (size_t k = 0; k < keys.size() && (!parts.empty() || by_key_.count(keys[k])); ++k) used_.insert(keys[k]);
     if (parts.empty()) return;
     std::vector<int64_t> shape = transposed(t.shape, rule, m.item.key);
-    if (e.dim < 0 || e.dim > static_cast<int64_t>(shape.size())) shape_error(m.item.key, "experts dimension out of range");
+    if (e.dim < 0 || e.dim > static_cast<int64_t>(shape.size()))
+      shape_error(m.item.key, "experts dimension out of range");
     if (rule.transpose && e.dim > static_cast<int64_t>(shape.size()) - 2)
       shape_error(m.item.key, "a stack along one of the last two dims, which the rule transposes");
     for (auto a = e.axes.rbegin(); a != e.axes.rend(); ++a) shape.insert(shape.begin() + e.dim, a->count);
@@ -442,16 +461,21 @@ class MapBuilder {
   // entry's; the input's stack dims (`in_units` from `in_dim`) and the output's (`out_units` from
   // `out_dim`) shift the dimension in part.from and part.to. A transposed rule's second side has the
   // dimension's partner among the last two.
-  void interleaved_parts(const MapPart& base, const Match& m, int64_t rank, int in_units, int64_t in_dim, MappedTensor& mt, int out_units = 0,
-                         int64_t out_dim = -1) {
+  void interleaved_parts(const MapPart& base, const Match& m, int64_t rank, int in_units, int64_t in_dim,
+                         MappedTensor& mt, int out_units = 0, int64_t out_dim = -1) {
     const KeyMap::Rule& rule = map_.rules[m.rule];
     const int64_t d = rule.interleave;
-    if (d >= rank) shape_error(m.item.key, "interleave dimension " + std::to_string(d) + " out of range of one entry's " + std::to_string(rank));
+    if (d >= rank)
+      shape_error(m.item.key,
+                  "interleave dimension " + std::to_string(d) + " out of range of one entry's " + std::to_string(rank));
     const int64_t partner = rule.transpose && d >= rank - 2 ? 2 * rank - 3 - d : d;
     const int64_t din = from_ == 0 ? d : partner, dout = from_ == 0 ? partner : d;
-    const int64_t fdim = din + (in_units && in_dim <= din ? in_units : 0), tdim = dout + (out_units && out_dim <= dout ? out_units : 0);
+    const int64_t fdim = din + (in_units && in_dim <= din ? in_units : 0),
+                  tdim = dout + (out_units && out_dim <= dout ? out_units : 0);
     const int64_t n = base.from.sizes[static_cast<size_t>(fdim)], half = n / 2;
-    if (n % 2) shape_error(m.item.key, "dimension " + std::to_string(fdim) + " is " + std::to_string(n) + " long: not two halves to interleave");
+    if (n % 2)
+      shape_error(m.item.key, "dimension " + std::to_string(fdim) + " is " + std::to_string(n) +
+                                  " long: not two halves to interleave");
     for (int64_t i = 0; i < n; ++i) {
       MapPart p = base;
       p.from.offsets[static_cast<size_t>(fdim)] += i;
@@ -466,7 +490,8 @@ class MapBuilder {
   // adapters' from_hf copies the embedding into lm_head.weight (torchtitan refuses a checkpoint
   // without it). The copy is that saved tensor under the rule's output name.
   void copy_tied() {
-    const bool ties = config_.json.is_object() && config_.json.contains("tie_word_embeddings") && config_.json["tie_word_embeddings"].is_boolean() &&
+    const bool ties = config_.json.is_object() && config_.json.contains("tie_word_embeddings") &&
+                      config_.json["tie_word_embeddings"].is_boolean() &&
                       config_.json["tie_word_embeddings"].get<bool>();
     if (!ties) return;
     for (size_t ri = 0; ri < map_.rules.size(); ++ri) {
@@ -558,7 +583,8 @@ class MapBuilder {
   // `shape` with its last two dims swapped when the rule transposes.
   std::vector<int64_t> transposed(std::vector<int64_t> shape, const KeyMap::Rule& rule, const std::string& key) const {
     if (!rule.transpose) return shape;
-    if (shape.size() < 2) shape_error(key, "a tensor of " + std::to_string(shape.size()) + " dims has no last two to transpose");
+    if (shape.size() < 2)
+      shape_error(key, "a tensor of " + std::to_string(shape.size()) + " dims has no last two to transpose");
     std::swap(shape[shape.size() - 2], shape[shape.size() - 1]);
     return shape;
   }
@@ -567,7 +593,8 @@ class MapBuilder {
 
   // The per-expert side's pattern has one placeholder more than the stacked side's: the expert.
   bool stacked_is_from(const KeyMap::Rule& r) const {
-    return Pattern::parse(r.side[from_][0].pattern, map_.source).names.size() < Pattern::parse(r.side[to_][0].pattern, map_.source).names.size();
+    return Pattern::parse(r.side[from_][0].pattern, map_.source).names.size() <
+           Pattern::parse(r.side[to_][0].pattern, map_.source).names.size();
   }
   // A stack's axes: one (experts, or layers), or several on consecutive dimensions (Megatron's
   // experts [L, E, ...]). Its entries are numbered row-major over the axes.
@@ -613,25 +640,32 @@ class MapBuilder {
       x.count = params_.eval(x.count_expr, "the stack of " + m.item.key + " (" + rule_name(m.rule) + ")");
       x.name = a.contains("index") ? a["index"].get<std::string>() : extra.size() == 1 ? extra[0] : "";
       if (x.name.empty() || std::find(extra.begin(), extra.end(), x.name) == extra.end())
-        bad_map(map_.source, rule_name(m.rule) + ": each axis of a stack is indexed by a placeholder the per-entry side has and the stacked side lacks");
+        bad_map(
+            map_.source,
+            rule_name(m.rule) +
+                ": each axis of a stack is indexed by a placeholder the per-entry side has and the stacked side lacks");
       if (x.count <= 0) shape_error(m.item.key, "a stack of " + std::to_string(x.count) + " entries");
       e.count *= x.count;
       e.axes.push_back(x);
     }
     if (extra.size() != e.axes.size() || per.names.size() != stacked.names.size() + e.axes.size())
-      bad_map(map_.source, rule_name(m.rule) + ": \"experts\" / \"stack\" needs exactly one placeholder more on the per-entry side per axis");
+      bad_map(map_.source,
+              rule_name(m.rule) +
+                  ": \"experts\" / \"stack\" needs exactly one placeholder more on the per-entry side per axis");
     e.dim = e.axes[0].dim;
     return e;
   }
   // Whether stacked tensor `t` has the stack's axes.
   bool stack_fits(const TensorMeta& t, const Experts& e) const {
     for (const auto& a : e.axes)
-      if (a.dim < 0 || a.dim >= static_cast<int64_t>(t.ndim()) || t.shape[static_cast<size_t>(a.dim)] != a.count) return false;
+      if (a.dim < 0 || a.dim >= static_cast<int64_t>(t.ndim()) || t.shape[static_cast<size_t>(a.dim)] != a.count)
+        return false;
     return true;
   }
   std::string stack_text(const Experts& e) const {
     std::string s;
-    for (const auto& a : e.axes) s += (s.empty() ? "" : " x ") + std::to_string(a.count) + " (dimension " + std::to_string(a.dim) + ")";
+    for (const auto& a : e.axes)
+      s += (s.empty() ? "" : " x ") + std::to_string(a.count) + " (dimension " + std::to_string(a.dim) + ")";
     return s;
   }
 
@@ -651,10 +685,12 @@ class MapBuilder {
   }
 
   [[noreturn]] void shape_error(const std::string& key, const std::string& what) const {
-    throw UsageError(Where(config_.path, std::nullopt, key), "map " + map_.name + ": " + what + " (is the config.json the checkpoint's model's?)");
+    throw UsageError(Where(config_.path, std::nullopt, key),
+                     "map " + map_.name + ": " + what + " (is the config.json the checkpoint's model's?)");
   }
 
-  MappedTensor new_tensor(const std::string& key, std::vector<int64_t> shape, const TensorMeta& like, size_t rule) const {
+  MappedTensor new_tensor(const std::string& key, std::vector<int64_t> shape, const TensorMeta& like,
+                          size_t rule) const {
     MappedTensor mt;
     mt.meta.fqn = key;
     mt.meta.dtype_name = like.dtype_name;
@@ -674,13 +710,15 @@ class MapBuilder {
     return part;
   }
 
-  std::shared_ptr<const std::vector<int64_t>> rope_of(const json& rope, int64_t rows, const std::string& key, size_t rule) {
+  std::shared_ptr<const std::vector<int64_t>> rope_of(const json& rope, int64_t rows, const std::string& key,
+                                                      size_t rule) {
     if (rope.is_null()) return nullptr;
     std::string why = "the RoPE row order of " + key + " (" + rule_name(rule) + ")";
-    int64_t heads = params_.eval(rope["heads"].get<std::string>(), why), hd = params_.eval(rope["head_dim"].get<std::string>(), why);
+    int64_t heads = params_.eval(rope["heads"].get<std::string>(), why),
+            hd = params_.eval(rope["head_dim"].get<std::string>(), why);
     if (heads <= 0 || hd <= 0 || hd % 2 || heads * hd != rows)
-      shape_error(key, "its " + std::to_string(rows) + " rows are not " + std::to_string(heads) + " heads of " + std::to_string(hd) +
-                           " (an even head_dim) for the RoPE row order");
+      shape_error(key, "its " + std::to_string(rows) + " rows are not " + std::to_string(heads) + " heads of " +
+                           std::to_string(hd) + " (an even head_dim) for the RoPE row order");
     // The first side holds the interleaved order.
     return rope_rows(heads, hd, from_ == 0);
   }
@@ -735,7 +773,8 @@ class MapBuilder {
     for (const auto& it : items_)
       if (it.tensor && !not_from.count(it.key)) matched.push_back(it.key);
     // The shortest first: a model's own names (`tok_embeddings.weight`) rather than its optimizer's.
-    std::stable_sort(foreign.begin(), foreign.end(), [](const std::string& a, const std::string& b) { return a.size() < b.size(); });
+    std::stable_sort(foreign.begin(), foreign.end(),
+                     [](const std::string& a, const std::string& b) { return a.size() < b.size(); });
     auto some = [](const std::vector<std::string>& keys) {
       std::string s;
       for (size_t i = 0; i < keys.size() && i < 6; ++i) s += (i ? ", " : "") + keys[i];
@@ -744,13 +783,13 @@ class MapBuilder {
     std::string ns[2];
     for (int s = 0; s < 2; ++s)
       for (const auto& p : map_.model[s]) ns[s] += (ns[s].empty() ? "" : ", ") + p + "*";
-    throw UnsupportedError(Where(md_.source),
-                           "map " + map_.name + " (" + out_.from + "->" + out_.to + "): the checkpoint is not on its " + out_.from +
-                               " side: " + std::to_string(foreign.size()) + " of its tensor keys are neither " + map_.sides[0] + " (" +
-                               ns[0] + ") nor " + map_.sides[1] + " (" + ns[1] + ") names (" + some(foreign) + "), and only " +
-                               std::to_string(mapped) + " match its " + out_.from + " rules (" +
-                               some(matched) +
-                               "); the keys look like another layout: pick the map for it (dcpctl maps); nothing is written");
+    throw UnsupportedError(
+        Where(md_.source),
+        "map " + map_.name + " (" + out_.from + "->" + out_.to + "): the checkpoint is not on its " + out_.from +
+            " side: " + std::to_string(foreign.size()) + " of its tensor keys are neither " + map_.sides[0] + " (" +
+            ns[0] + ") nor " + map_.sides[1] + " (" + ns[1] + ") names (" + some(foreign) + "), and only " +
+            std::to_string(mapped) + " match its " + out_.from + " rules (" + some(matched) +
+            "); the keys look like another layout: pick the map for it (dcpctl maps); nothing is written");
   }
 
   // Whether an input key is one of the model's weights (the input side's "model" namespaces).
@@ -770,9 +809,10 @@ class MapBuilder {
     if (uncovered.empty() && lost.empty()) return;
     std::string ns;
     for (const auto& p : map_.model[from_]) ns += (ns.empty() ? "" : ", ") + p;
-    std::string text = "map " + map_.name + " (" + out_.from + "->" + out_.to + ") would lose " + std::to_string(uncovered.size() + lost.size()) +
-                       " of the model's weights (" +
-                       (map_.has_model ? "its " + out_.from + " model keys are those under " + ns : "the map declares no \"model\": every tensor key") +
+    std::string text = "map " + map_.name + " (" + out_.from + "->" + out_.to + ") would lose " +
+                       std::to_string(uncovered.size() + lost.size()) + " of the model's weights (" +
+                       (map_.has_model ? "its " + out_.from + " model keys are those under " + ns
+                                       : "the map declares no \"model\": every tensor key") +
                        "); nothing is written";
     auto list = [&text](const std::string& head, const std::vector<std::string>& keys) {
       if (keys.empty()) return;
@@ -782,7 +822,8 @@ class MapBuilder {
       if (shown < keys.size()) text += "\n    ... and " + std::to_string(keys.size() - shown) + " more";
     };
     list("no rule covers", uncovered);
-    list("taken into an output that could not be made (an input of it is missing; see --dry-run --json's map.missing)", lost);
+    list("taken into an output that could not be made (an input of it is missing; see --dry-run --json's map.missing)",
+         lost);
     text += "\n  leave a key out on purpose with --exclude GLOB, or give the map a rule for it";
     throw UnsupportedError(Where(md_.source), text);
   }
@@ -800,18 +841,22 @@ class MapBuilder {
   MappedModel finish() {
     refuse_losses({}, lost_inputs());
     if (out_.tensors.empty())
-      throw UsageError(Where(md_.source), "map " + map_.name + " makes no tensor of the selection (every matched key is dropped or incomplete)");
+      throw UsageError(
+          Where(md_.source),
+          "map " + map_.name + " makes no tensor of the selection (every matched key is dropped or incomplete)");
     std::set<std::string> seen;
     for (const auto& mt : out_.tensors)
       if (!seen.insert(mt.meta.fqn).second)
-        throw UsageError(Where(md_.source, std::nullopt, mt.meta.fqn), "map " + map_.name + " makes this key twice (two rules, or a pattern matching two inputs)");
+        throw UsageError(Where(md_.source, std::nullopt, mt.meta.fqn),
+                         "map " + map_.name + " makes this key twice (two rules, or a pattern matching two inputs)");
     if (params_.used_config()) out_.config = config_.path;
     out_.params = params_.sources();
     if (map_.has_model) out_.model = map_.model[from_];
     std::set<std::string> inputs;
     for (const auto& mt : out_.tensors) inputs.insert(mt.inputs.begin(), mt.inputs.end());
     out_.inputs = inputs.size();
-    if (config_.json.is_object() && config_.json.contains("tie_word_embeddings") && config_.json["tie_word_embeddings"].is_boolean())
+    if (config_.json.is_object() && config_.json.contains("tie_word_embeddings") &&
+        config_.json["tie_word_embeddings"].is_boolean())
       out_.tied = config_.json["tie_word_embeddings"].get<bool>() ? "true" : "false";
     return std::move(out_);
   }
@@ -826,7 +871,8 @@ class MapBuilder {
   std::vector<std::vector<Pattern>> pats_[2];  // per side, per rule: its patterns
   std::vector<Kind> kinds_;                    // per rule, in this direction
   std::unordered_map<std::string, uint32_t> by_key_;
-  std::vector<std::pair<std::string, std::vector<int64_t>>> shapes_;  // the input's tensors, for parameters read from shapes
+  std::vector<std::pair<std::string, std::vector<int64_t>>>
+      shapes_;  // the input's tensors, for parameters read from shapes
   std::set<std::string> used_;
   std::set<std::string> unmatched_;  // tensor keys no rule's pattern matches
   MappedModel out_;
@@ -834,8 +880,8 @@ class MapBuilder {
 
 }  // namespace
 
-MappedModel apply_key_map(const KeyMap& map, const Metadata& md, const std::vector<SelectedItem>& items, const MapConfig& config,
-                          const std::string& from) {
+MappedModel apply_key_map(const KeyMap& map, const Metadata& md, const std::vector<SelectedItem>& items,
+                          const MapConfig& config, const std::string& from) {
   std::vector<std::string> keys;
   for (const auto& it : items)
     if (it.tensor) keys.push_back(it.key);
@@ -862,8 +908,8 @@ MappedModel apply_key_map(const KeyMap& map, const Metadata& md, const std::vect
         for (const auto& t : v.model_types) types += (types.empty() ? "" : ", ") + t;
         vs += (vs.empty() ? "" : "; ") + v.name + " (" + types + ")";
       }
-      detail += "\n  " + why + ": map " + map.name + " has no variant for it, so only the rules every variant shares apply (its variants: " +
-                vs + ")";
+      detail += "\n  " + why + ": map " + map.name +
+                " has no variant for it, so only the rules every variant shares apply (its variants: " + vs + ")";
     }
     // A built-in map that refuses a checkpoint another built-in map of the same two sides takes
     // whole (a Megatron model keyed per layer, a Mixtral's expert names): say which, so the user
@@ -880,9 +926,10 @@ MappedModel apply_key_map(const KeyMap& map, const Metadata& md, const std::vect
       }
     if (fits.empty() && detail == e.detail()) throw;
     if (fits.empty()) throw UnsupportedError(e.where(), detail);
-    throw UnsupportedError(e.where(), detail + "\n  the built-in map" + (fits.find(',') == std::string::npos ? " " : "s ") +
-                                          fits + " map" + (fits.find(',') == std::string::npos ? "s" : "") +
-                                          " every model key of this checkpoint: --map " + fits.substr(0, fits.find(',')));
+    throw UnsupportedError(e.where(),
+                           detail + "\n  the built-in map" + (fits.find(',') == std::string::npos ? " " : "s ") + fits +
+                               " map" + (fits.find(',') == std::string::npos ? "s" : "") +
+                               " every model key of this checkpoint: --map " + fits.substr(0, fits.find(',')));
   }
 }
 

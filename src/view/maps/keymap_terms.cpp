@@ -43,7 +43,9 @@ Pattern Pattern::parse(const std::string& s, const std::string& source) {
         trim(offset);
         if (offset.empty()) bad_map(source, "pattern '" + s + "': {NAME + EXPR} needs an expression after +");
       }
-      if (inside.empty() || !std::all_of(inside.begin(), inside.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }))
+      if (inside.empty() || !std::all_of(inside.begin(), inside.end(), [](char c) {
+            return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+          }))
         bad_map(source, "pattern '" + s + "': a placeholder is {NAME} or {NAME + EXPR}, NAME letters, digits and _");
       p.names.push_back(inside);
       p.offsets.push_back(offset);
@@ -83,7 +85,8 @@ bool Pattern::match(const std::string& key, std::map<std::string, std::string>& 
     std::string v = digits[i];
     if (!offsets[i].empty()) {
       if (!params) throw std::logic_error("Pattern::match: an offset needs the map's parameters");
-      int64_t n = std::stoll(v) - params->eval(offsets[i], "the placeholder {" + names[i] + " + " + offsets[i] + "} of key " + key);
+      int64_t n = std::stoll(v) -
+                  params->eval(offsets[i], "the placeholder {" + names[i] + " + " + offsets[i] + "} of key " + key);
       if (n < 0) return false;
       v = std::to_string(n);
     }
@@ -101,7 +104,8 @@ std::string Pattern::fill(const std::map<std::string, std::string>& vals, Params
     std::string v = it == vals.end() ? "{" + names[i] + "}" : it->second;
     if (it != vals.end() && !offsets[i].empty()) {
       if (!params) throw std::logic_error("Pattern::fill: an offset needs the map's parameters");
-      v = std::to_string(std::stoll(v) + params->eval(offsets[i], "the placeholder {" + names[i] + " + " + offsets[i] + "} of " + lit[0] + "..."));
+      v = std::to_string(std::stoll(v) + params->eval(offsets[i], "the placeholder {" + names[i] + " + " + offsets[i] +
+                                                                      "} of " + lit[0] + "..."));
     }
     out += v + lit[i + 1];
   }
@@ -112,7 +116,8 @@ int64_t Params::eval(const std::string& expr, const std::string& why) {
   size_t pos = 0;
   int64_t v = sum(expr, pos, why);
   skip(expr, pos);
-  if (pos != expr.size()) bad_map(map_.source, "expression '" + expr + "' has trailing text at '" + expr.substr(pos) + "'");
+  if (pos != expr.size())
+    bad_map(map_.source, "expression '" + expr + "' has trailing text at '" + expr.substr(pos) + "'");
   return v;
 }
 
@@ -131,7 +136,8 @@ int64_t Params::product(const std::string& e, size_t& p, const std::string& why)
   for (skip(e, p); p < e.size() && (e[p] == '*' || e[p] == '/'); skip(e, p)) {
     char op = e[p++];
     int64_t r = atom(e, p, why);
-    if (op == '/' && r == 0) throw UsageError(Where(config_.path), "map " + map_.name + ": '" + e + "' divides by zero (" + why + ")");
+    if (op == '/' && r == 0)
+      throw UsageError(Where(config_.path), "map " + map_.name + ": '" + e + "' divides by zero (" + why + ")");
     v = op == '*' ? v * r : v / r;
   }
   return v;
@@ -175,8 +181,10 @@ int64_t Params::name(const std::string& n, const std::string& why) {
     const json& spec = map_.params[n];
     std::vector<std::string> keys;
     if (spec.contains("config")) {
-      if (spec["config"].is_string()) keys.push_back(spec["config"].get<std::string>());
-      else for (const auto& k : spec["config"]) keys.push_back(k.get<std::string>());
+      if (spec["config"].is_string())
+        keys.push_back(spec["config"].get<std::string>());
+      else
+        for (const auto& k : spec["config"]) keys.push_back(k.get<std::string>());
     }
     std::optional<int64_t> found;
     for (const auto& k : keys)
@@ -191,20 +199,23 @@ int64_t Params::name(const std::string& n, const std::string& why) {
       std::string list;
       for (const auto& k : keys) list += (list.empty() ? "" : ", ") + k;
       if (spec.contains("shape")) list += std::string(list.empty() ? "" : ", ") + "nor the tensors its \"shape\" names";
-      throw UsageError(Where(config_.path), "map " + map_.name + " needs parameter " + n + " (" + why + "): " +
-                                                (config_.json.is_null() ? "no config.json was found (" + config_.path + ")"
-                                                                        : "config.json has none of " + list + " (nor an alias transformers gives them)") +
-                                                "; give --config FILE or --assets DIR");
+      throw UsageError(
+          Where(config_.path),
+          "map " + map_.name + " needs parameter " + n + " (" + why + "): " +
+              (config_.json.is_null() ? "no config.json was found (" + config_.path + ")"
+                                      : "config.json has none of " + list + " (nor an alias transformers gives them)") +
+              "; give --config FILE or --assets DIR");
     }
     v = *found;
   } else if (auto c = config_int(n)) {
     v = *c;
     from = from_;
   } else {
-    throw UsageError(Where(config_.path), "map " + map_.name + " needs " + n + " (" + why + "): " +
-                                              (config_.json.is_null() ? "no config.json was found (" + config_.path + ")"
-                                                                      : "config.json has no integer " + n) +
-                                              "; give --config FILE or --assets DIR");
+    throw UsageError(Where(config_.path),
+                     "map " + map_.name + " needs " + n + " (" + why + "): " +
+                         (config_.json.is_null() ? "no config.json was found (" + config_.path + ")"
+                                                 : "config.json has no integer " + n) +
+                         "; give --config FILE or --assets DIR");
   }
   values_[n] = v;
   sources_[n] = {{"value", v}, {"from", from}};
@@ -254,12 +265,14 @@ std::optional<int64_t> Params::config_int(const std::string& k) {
       return v->get<int64_t>();
     };
     if (auto r = found(lookup(obj, k), k, "")) return r;
-    const std::string type = obj.contains("model_type") && obj["model_type"].is_string() ? obj["model_type"].get<std::string>() : "";
+    const std::string type =
+        obj.contains("model_type") && obj["model_type"].is_string() ? obj["model_type"].get<std::string>() : "";
     const json& amap = config_aliases(type);
     if (!amap.is_object()) return std::nullopt;
     const std::string note = " (transformers' attribute_map of " + type + ": " + k + " is ";
     if (amap.contains(k) && amap[k].is_string())
-      if (auto r = found(lookup(obj, amap[k].get<std::string>()), amap[k].get<std::string>(), note + "an alias of it)")) return r;
+      if (auto r = found(lookup(obj, amap[k].get<std::string>()), amap[k].get<std::string>(), note + "an alias of it)"))
+        return r;
     for (const auto& [alias, real] : amap.items())
       if (real == k)
         if (auto r = found(lookup(obj, alias), alias, note + "what it aliases)")) return r;
@@ -267,7 +280,8 @@ std::optional<int64_t> Params::config_int(const std::string& k) {
   };
   std::optional<int64_t> r = in(config_.json, "");
   // A multimodal release keeps the language model's numbers under text_config.
-  if (!r && k.find('.') == std::string::npos && config_.json.contains("text_config") && config_.json["text_config"].is_object())
+  if (!r && k.find('.') == std::string::npos && config_.json.contains("text_config") &&
+      config_.json["text_config"].is_object())
     r = in(config_.json["text_config"], "text_config.");
   if (r) used_config_ = true;
   return r;
@@ -292,8 +306,8 @@ std::optional<int64_t> Params::shape_int(const json& spec) {
       if (!best || v > *best) best = v, seen = key;
     }
     if (best) {
-      from_ = "the keys " + s["key"].get<std::string>() + " ({" + s["count"].get<std::string>() + "} up to " + std::to_string(*best - 1) +
-              ", config.json lacks it)";
+      from_ = "the keys " + s["key"].get<std::string>() + " ({" + s["count"].get<std::string>() + "} up to " +
+              std::to_string(*best - 1) + ", config.json lacks it)";
       return best;
     }
   }

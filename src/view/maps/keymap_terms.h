@@ -29,7 +29,7 @@ class Params;
 // match) and filling adds it: DeepSeek's MTP block `mtp_layers.{M}` is Hugging Face's
 // `model.layers.{M + num_hidden_layers}`.
 struct Pattern {
-  std::vector<std::string> lit;      // lit[0] {names[0]} lit[1] ... {names[k-1]} lit[k]
+  std::vector<std::string> lit;  // lit[0] {names[0]} lit[1] ... {names[k-1]} lit[k]
   std::vector<std::string> names;
   std::vector<std::string> offsets;  // per placeholder: EXPR, or "" for none
 

@@ -106,7 +106,8 @@ class ZerosRead final : public DerivedTensor {
   const TensorMeta& follows() const override { return md_->tensors[mt_.place]; }
   void read(const TensorReads&, size_t chunk, uint64_t from, uint64_t n, void* dst) const override {
     const TensorMeta& t = mt_.meta;
-    n = checked_range(Where(md_->source, std::nullopt, t.fqn), "chunk " + std::to_string(chunk), t.numel() * itemsize(*t.dtype), from, n);
+    n = checked_range(Where(md_->source, std::nullopt, t.fqn), "chunk " + std::to_string(chunk),
+                      t.numel() * itemsize(*t.dtype), from, n);
     if (n) std::memset(dst, 0, n);
   }
   uint64_t working_bytes(size_t) const override { return 0; }
@@ -183,7 +184,8 @@ TensorMeta derived_output(const Checkpoint& ck, const MappedTensor& mt, const st
                           uint64_t largest_part_chunk, bool inputs, DerivedTable& table) {
   // The written table's planner refuses it, in the outputs' order (plan/plan.h).
   if (!mt.meta.dtype && !inputs)
-    throw UnsupportedError(Where(ck.metadata_path, std::nullopt, mt.meta.fqn), "dtype " + mt.meta.dtype_name + " is unknown to dcpctl");
+    throw UnsupportedError(Where(ck.metadata_path, std::nullopt, mt.meta.fqn),
+                           "dtype " + mt.meta.dtype_name + " is unknown to dcpctl");
   TensorMeta t = mt.meta;
   t.chunk_dims.assign(t.ndim(), 0);
   t.chunk_dims.insert(t.chunk_dims.end(), t.shape.begin(), t.shape.end());
@@ -210,7 +212,8 @@ Checkpoint mapped_view(const Checkpoint& ck, MappedModel applied, MapTable kind)
     view.md.tensors.clear();
     view.md.has_planner_data = false;
   }
-  std::shared_ptr<DerivedTable> table = table_over(ck.derived, [&](const std::string& n) { return inputs ? n : std::string(); });
+  std::shared_ptr<DerivedTable> table =
+      table_over(ck.derived, [&](const std::string& n) { return inputs ? n : std::string(); });
   if (inputs) rename_shadowed_inputs(ck, *map, view, *table);
   // Each input checked once, and its largest chunk found once: a stack of 384 experts is a part of
   // 384 outputs.

@@ -17,7 +17,8 @@ namespace {
 bool weights_only_global(std::string_view m, std::string_view n) {
   if (m == "collections" && n == "OrderedDict") return true;
   if (m == "torch" && (n == "Size" || dtype_from_torch_name(n))) return true;
-  if ((m == "builtins" || m == "__builtin__") && (n == "set" || n == "frozenset" || n == "bytearray" || n == "complex")) return true;
+  if ((m == "builtins" || m == "__builtin__") && (n == "set" || n == "frozenset" || n == "bytearray" || n == "complex"))
+    return true;
   if (m == "_codecs" && n == "encode") return true;
   return false;
 }
@@ -62,8 +63,9 @@ void ConsolidatedWriter::check(const WriteRequest& request) {
   // Each rank would complete the s3:// objects of its own shards, before rank 0 knows every
   // rank succeeded; rank 0 writing them all (the exchange) keeps the commit in one place.
   if (o_.parallel_write && is_remote(o_.output))
-    throw UnsupportedError(Where(o_.output), "--parallel-write writes into a shared folder; an s3:// output is written by "
-                                             "rank 0 from the chunks every rank reads (leave out --parallel-write)");
+    throw UnsupportedError(Where(o_.output),
+                           "--parallel-write writes into a shared folder; an s3:// output is written by "
+                           "rank 0 from the chunks every rank reads (leave out --parallel-write)");
 }
 
 void ConsolidatedWriter::planned(WriteJob& job, json& summary) {
@@ -124,11 +126,13 @@ void ConsolidatedWriter::assets_summary(const WritePlan& plan, json& summary) co
       if (o_.note) o_.note(tied->note);
     }
   }
-  bool config = std::any_of(assets_.files.begin(), assets_.files.end(), [](const Asset& a) { return a.name == "config.json"; });
+  bool config =
+      std::any_of(assets_.files.begin(), assets_.files.end(), [](const Asset& a) { return a.name == "config.json"; });
   if (o_.note && wants_config_ && !config) {
     std::string where;
     for (const auto& d : assets_.searched) where += (where.empty() ? "" : " or ") + d;
-    o_.note("no config.json in " + where + ", and from_pretrained needs one: give --assets DIR (the Hugging Face "
+    o_.note("no config.json in " + where +
+            ", and from_pretrained needs one: give --assets DIR (the Hugging Face "
             "folder the run started from), or --no-assets to say none is wanted");
   }
 }

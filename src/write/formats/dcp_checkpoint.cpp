@@ -66,7 +66,10 @@ class DcpCheckpoint final : public OutputWriter, FileSink {
     json ranks = json::array();
     for (int r = 0; r < world; ++r) {
       const PlannedFile& f = plan.files[static_cast<size_t>(r)];
-      ranks.push_back({{"rank", r}, {"file", f.name}, {"chunks", f.records.size()}, {"tensor_bytes", f.data_bytes},
+      ranks.push_back({{"rank", r},
+                       {"file", f.name},
+                       {"chunks", f.records.size()},
+                       {"tensor_bytes", f.data_bytes},
                        {"non_tensor_items", r == 0 ? values : 0}});
     }
     summary["ranks"] = ranks;
@@ -77,7 +80,8 @@ class DcpCheckpoint final : public OutputWriter, FileSink {
   std::string set_up(WriteJob& job) override {
     dir_ = std::make_unique<OutputDir>(o_.output, job.uploads);
     if (!extra_.subdir.empty() && !dir_->remote() && ::mkdir(dir_->path_of(extra_.subdir).c_str(), 0755) != 0)
-      throw IoError(Where(dir_->path_of(extra_.subdir)), std::string("cannot create the checkpoint's folder: ") + std::strerror(errno));
+      throw IoError(Where(dir_->path_of(extra_.subdir)),
+                    std::string("cannot create the checkpoint's folder: ") + std::strerror(errno));
     return dir_->temp_path();
   }
 
@@ -91,7 +95,8 @@ class DcpCheckpoint final : public OutputWriter, FileSink {
       const WritePlan& plan = job.plan;
       json locs = json::array();
       for (size_t r : job.deal.files_of(job.me))
-        for (size_t ri : plan.files[r].records) locs.push_back({ri, chunk_out(plan, ri).offset, chunk_out(plan, ri).length});
+        for (size_t ri : plan.files[r].records)
+          locs.push_back({ri, chunk_out(plan, ri).offset, chunk_out(plan, ri).length});
       job.group->publish("locs/" + std::to_string(job.me), locs.dump());
     }
   }
@@ -100,7 +105,8 @@ class DcpCheckpoint final : public OutputWriter, FileSink {
     for (int p = 1; job.group && p < job.group->size(); ++p)
       for (const auto& l : json::parse(job.group->fetch("locs/" + std::to_string(p)))) {
         size_t ri = l.at(0).get<size_t>();
-        if (ri >= job.plan.records.size()) throw IoError(Where(), "rank " + std::to_string(p) + " reported a chunk outside the plan");
+        if (ri >= job.plan.records.size())
+          throw IoError(Where(), "rank " + std::to_string(p) + " reported a chunk outside the plan");
         MetaChunkOut& mc = chunk_out(job.plan, ri);
         mc.offset = l.at(1).get<uint64_t>();
         mc.length = l.at(2).get<uint64_t>();
@@ -122,11 +128,15 @@ class DcpCheckpoint final : public OutputWriter, FileSink {
   }
 
  private:
-  OutputFile& file(size_t) override { throw std::logic_error("a DCP checkpoint's rank files are created by their writers"); }
+  OutputFile& file(size_t) override {
+    throw std::logic_error("a DCP checkpoint's rank files are created by their writers");
+  }
   std::unique_ptr<OutputFile> create(size_t rank) override {
     return std::make_unique<OutputFile>(dir_path_ + "/" + inside(job_->plan.files[rank].name), job_->uploads);
   }
-  std::string inside(const std::string& name) const { return extra_.subdir.empty() ? name : extra_.subdir + "/" + name; }
+  std::string inside(const std::string& name) const {
+    return extra_.subdir.empty() ? name : extra_.subdir + "/" + name;
+  }
   // Non-tensor items first, in rank 0's file, as DCP writes them: their bytes (and transforms)
   // unchanged.
   void lead(size_t rank, OutputFile& out, StreamWindow& win) override {
@@ -209,7 +219,8 @@ class DcpCheckpoint final : public OutputWriter, FileSink {
     size_t ti = 0, bi = 0;
     for (const auto& it : plan.items) {
       if (it.tensor) {
-        if (ti < plan.tensors.size() && plan.tensors[ti].key == it.key) mo_.order.emplace_back(true, static_cast<uint32_t>(ti++));
+        if (ti < plan.tensors.size() && plan.tensors[ti].key == it.key)
+          mo_.order.emplace_back(true, static_cast<uint32_t>(ti++));
       } else {
         mo_.order.emplace_back(false, static_cast<uint32_t>(bi++));
       }
@@ -217,7 +228,9 @@ class DcpCheckpoint final : public OutputWriter, FileSink {
     }
     for (size_t i = 0; i < extra_.items.size(); ++i) mo_.order.emplace_back(false, static_cast<uint32_t>(bi++));
   }
-  MetaChunkOut& chunk_out(const WritePlan& plan, size_t ri) { return mo_.tensors[plan.records[ri].tensor].chunks[part_[ri]]; }
+  MetaChunkOut& chunk_out(const WritePlan& plan, size_t ri) {
+    return mo_.tensors[plan.records[ri].tensor].chunks[part_[ri]];
+  }
 
   const ReshardOptions& o_;
   DcpAdd add_;
@@ -231,7 +244,9 @@ class DcpCheckpoint final : public OutputWriter, FileSink {
 
 }  // namespace
 
-std::unique_ptr<OutputWriter> dcp_writer(const ReshardOptions& o, DcpAdd add) { return std::make_unique<DcpCheckpoint>(o, std::move(add)); }
+std::unique_ptr<OutputWriter> dcp_writer(const ReshardOptions& o, DcpAdd add) {
+  return std::make_unique<DcpCheckpoint>(o, std::move(add));
+}
 
 const Format formats::dcp = dcp_row();
 

@@ -14,7 +14,9 @@ std::vector<const Format*>& rows() {
 
 }  // namespace
 
-const std::vector<const Format*>& all() { return rows(); }
+const std::vector<const Format*>& all() {
+  return rows();
+}
 
 void add(const Format* row) {
   std::vector<const Format*>& table = rows();
@@ -32,7 +34,8 @@ namespace {
 // "a, b or c"
 std::string listed(const std::vector<std::string>& words) {
   std::string out;
-  for (size_t i = 0; i < words.size(); ++i) out += std::string(i == 0 ? "" : i + 1 == words.size() ? " or " : ", ") + words[i];
+  for (size_t i = 0; i < words.size(); ++i)
+    out += std::string(i == 0 ? "" : i + 1 == words.size() ? " or " : ", ") + words[i];
   return out;
 }
 
@@ -62,7 +65,8 @@ std::string output_names() {
   for (const Format* f : all()) {
     if (!f->consolidate_writer || f->suffixes.empty()) continue;
     std::string name;
-    for (std::string_view suffix : f->suffixes) name += (name.empty() ? "" : "/") + std::string(suffix == "/" ? "DIR/" : suffix);
+    for (std::string_view suffix : f->suffixes)
+      name += (name.empty() ? "" : "/") + std::string(suffix == "/" ? "DIR/" : suffix);
     names.push_back(std::move(name));
   }
   return listed(names);

@@ -10,8 +10,8 @@
 // assets copied, the keys against the model schema of its config: check/hf_schema.h); any problem
 // is exit 3, or 5 where the input is a trainer's checkpoint (not an HF folder) and every problem is
 // config.json and the tensors disagreeing (a key map that does not cover the model, names that are
-// not the model's, a config.json that does not describe them), and leaves nothing (an object-storage folder, whose files
-// appear as they complete, is not checked here: `dcpctl verify` it).
+// not the model's, a config.json that does not describe them), and leaves nothing (an object-storage folder, whose
+// files appear as they complete, is not checked here: `dcpctl verify` it).
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -53,9 +53,11 @@ std::string part_missing_hint(const HfReport& r, const std::string& config_path)
   if (c.is_discarded() || !c.is_object() || !c.contains("text_config") || !c["text_config"].is_object()) return {};
   const json& t = c["text_config"];
   const std::string type = c.value("model_type", std::string("?"));
-  const std::string text = t.contains("model_type") && t["model_type"].is_string() ? t["model_type"].get<std::string>() : "";
-  return "\n  every missing key is under '" + part + "', which this checkpoint does not hold: config.json names the whole " +
-         type + " model; to export its language model alone, give --config a config.json made of its text_config" +
+  const std::string text =
+      t.contains("model_type") && t["model_type"].is_string() ? t["model_type"].get<std::string>() : "";
+  return "\n  every missing key is under '" + part +
+         "', which this checkpoint does not hold: config.json names the whole " + type +
+         " model; to export its language model alone, give --config a config.json made of its text_config" +
          (text.empty() ? std::string() : " (model_type " + text + ")");
 }
 
@@ -108,8 +110,9 @@ class HfFolder final : public SafetensorsFiles {
     std::function<std::string(const std::string&)> edit;
     const Checkpoint& ck = job.request.ck;
     const bool dequantized = ck.derived && ck.derived->output.dequantized;
-    const nlohmann::json quantization =
-        ck.derived && ck.derived->output.quantization_config ? *ck.derived->output.quantization_config : nlohmann::json();
+    const nlohmann::json quantization = ck.derived && ck.derived->output.quantization_config
+                                            ? *ck.derived->output.quantization_config
+                                            : nlohmann::json();
     if (o_.cast || !quantization.is_null()) {
       edit = [cast = o_.cast, dequantized, quantization](const std::string& text) {
         std::string out = text;
@@ -118,7 +121,8 @@ class HfFolder final : public SafetensorsFiles {
         return out;
       };
     }
-    copy_assets(assets_, [&](const std::string& name) { return dir_->path_of(name); }, edit, dir_->uploads());
+    copy_assets(
+        assets_, [&](const std::string& name) { return dir_->path_of(name); }, edit, dir_->uploads());
     // --quantize: the files a codec writes beside config.json (ModelOpt's hf_quant_config.json).
     if (ck.derived)
       for (const auto& [name, text] : ck.derived->output.quantization_files) write_text(name, text);
@@ -181,28 +185,34 @@ class HfFolder final : public SafetensorsFiles {
       return kDescription.count(f.code) > 0;
     });
     if (o_.map.empty() && described && !from_hf_folder_)
-      throw UnsupportedError(Where(o_.output), "config.json does not describe the checkpoint's tensors as written (" + codes +
-                                                   "): from_pretrained would not load them as the model it names. Give "
-                                                   "a key map that takes them there (--map NAME or FILE: `dcpctl maps`), "
-                                                   "a config.json that describes them (--assets DIR)" +
-                                                   (o_.cast ? std::string() : ", --dtype DTYPE for the config's dtype") +
-                                                   ", --exclude GLOB for what the model does not have, or write them "
-                                                   "as they are (-o FILE.safetensors, or --no-assets); "
-                                                   "the folder was not put in place:" + what);
+      throw UnsupportedError(Where(o_.output),
+                             "config.json does not describe the checkpoint's tensors as written (" + codes +
+                                 "): from_pretrained would not load them as the model it names. Give "
+                                 "a key map that takes them there (--map NAME or FILE: `dcpctl maps`), "
+                                 "a config.json that describes them (--assets DIR)" +
+                                 (o_.cast ? std::string() : ", --dtype DTYPE for the config's dtype") +
+                                 ", --exclude GLOB for what the model does not have, or write them "
+                                 "as they are (-o FILE.safetensors, or --no-assets); "
+                                 "the folder was not put in place:" +
+                                 what);
     if (!o_.map.empty() && schema_only) {
       if (const std::string settings = flag_settings(r); !settings.empty())
-        throw UnsupportedError(Where(o_.output), "config.json does not describe this checkpoint: the model it names has the tensors "
-                                                 "key map " + o_.map + " wrote only with " + settings +
-                                                     ": give a config.json that sets it (--assets DIR, --config FILE) (" + codes +
-                                                     "), so the folder was not put in place:" + what);
-      throw UnsupportedError(Where(o_.output), "key map " + o_.map + " does not cover the model its config.json names (" +
-                                                   codes + "), so the folder was not put in place:" + what);
+        throw UnsupportedError(Where(o_.output),
+                               "config.json does not describe this checkpoint: the model it names has the tensors "
+                               "key map " +
+                                   o_.map + " wrote only with " + settings +
+                                   ": give a config.json that sets it (--assets DIR, --config FILE) (" + codes +
+                                   "), so the folder was not put in place:" + what);
+      throw UnsupportedError(Where(o_.output), "key map " + o_.map +
+                                                   " does not cover the model its config.json names (" + codes +
+                                                   "), so the folder was not put in place:" + what);
     }
     if (!o_.map.empty() && described && !from_hf_folder_)
-      throw UnsupportedError(Where(o_.output), "config.json does not describe what key map " + o_.map + " made of the checkpoint (" +
-                                                   codes + "): give a config.json that does (--config FILE, --assets DIR)" +
-                                                   (o_.cast ? std::string() : " or --dtype DTYPE for the config's dtype") +
-                                                   "; the folder was not put in place:" + what);
+      throw UnsupportedError(Where(o_.output),
+                             "config.json does not describe what key map " + o_.map + " made of the checkpoint (" +
+                                 codes + "): give a config.json that does (--config FILE, --assets DIR)" +
+                                 (o_.cast ? std::string() : " or --dtype DTYPE for the config's dtype") +
+                                 "; the folder was not put in place:" + what);
     // Tensors saved in another dtype than the config's (a Megatron run's float32 norms beside bf16
     // weights), exported without --dtype: casting them is the user's call, and --dtype makes it.
     if (!o_.cast &&
@@ -236,7 +246,9 @@ const Format formats::hf_folder = [] {
     return std::string(name);
   };
   f.part_buffers = at_offsets_part_buffers;
-  f.consolidate_writer = [](const ConsolidateOptions& o) -> std::unique_ptr<OutputWriter> { return std::make_unique<HfFolder>(o); };
+  f.consolidate_writer = [](const ConsolidateOptions& o) -> std::unique_ptr<OutputWriter> {
+    return std::make_unique<HfFolder>(o);
+  };
   return f;
 }();
 

@@ -37,11 +37,11 @@
 #include <string_view>
 
 #include "item/item_reader.h"
+#include "meta/derived.h"
 #include "pickle/repr.h"
 #include "pickle/tree.h"
 #include "plan/format.h"
 #include "util/error.h"
-#include "meta/derived.h"
 #include "view/maps/keymap.h"
 #include "write/execute.h"
 #include "write/formats/dcp_checkpoint.h"

@@ -20,7 +20,8 @@ class PeftAdapter final : public SafetensorsFiles {
  protected:
   void plan_files(WriteJob& job, json& summary) override {
     if (!adapter_config(job))
-      throw UsageError(Where(o_.output), "a PEFT adapter folder is written from a checkpoint's LoRA adapter: give --lora adapter");
+      throw UsageError(Where(o_.output),
+                       "a PEFT adapter folder is written from a checkpoint's LoRA adapter: give --lora adapter");
     SafetensorsFiles::plan_files(job, summary);
   }
   std::string path_of(const PlannedFile& f) const override { return join_path(o_.output, f.name); }
@@ -28,9 +29,7 @@ class PeftAdapter final : public SafetensorsFiles {
     (void)plan;
     files.push_back({{"path", join_path(o_.output, kConfigFile)}});
   }
-  void finish_folder(WriteJob& job) override {
-    write_text(kConfigFile, adapter_config(job)->dump(2) + "\n");
-  }
+  void finish_folder(WriteJob& job) override { write_text(kConfigFile, adapter_config(job)->dump(2) + "\n"); }
 
  private:
   // What the LoRA view (view/lora/lora.h) left for this writer; null without --lora adapter.
@@ -52,7 +51,9 @@ const Format formats::peft_adapter = [] {
   f.folder = true;
   f.file_name = [](size_t, size_t) { return std::string("adapter_model.safetensors"); };
   f.part_buffers = at_offsets_part_buffers;
-  f.consolidate_writer = [](const ConsolidateOptions& o) -> std::unique_ptr<OutputWriter> { return std::make_unique<PeftAdapter>(o); };
+  f.consolidate_writer = [](const ConsolidateOptions& o) -> std::unique_ptr<OutputWriter> {
+    return std::make_unique<PeftAdapter>(o);
+  };
   return f;
 }();
 

@@ -22,7 +22,9 @@ void SafetensorsFiles::plan_files(WriteJob& job, json& summary) {
   outs_.resize(plan.files.size());
   json fj = json::array();
   for (size_t f = 0; f < plan.files.size(); ++f)
-    fj.push_back({{"path", path_of(plan.files[f])}, {"tensors", plan.files[f].records.size()}, {"bytes", headers_[f].size() + plan.files[f].data_bytes}});
+    fj.push_back({{"path", path_of(plan.files[f])},
+                  {"tensors", plan.files[f].records.size()},
+                  {"bytes", headers_[f].size() + plan.files[f].data_bytes}});
   more_files(plan, fj);
   summary["files"] = fj;
 }
@@ -46,7 +48,8 @@ void SafetensorsFiles::write_files(WriteJob& job, Executor& ex, const std::strin
   if (!job.leader && o_.parallel_write) {
     size_t f = 0;
     for (size_t a = 0, b; (b = paths.find('\n', a)) != std::string::npos; a = b + 1, ++f)
-      if (f < outs_.size() && job.deal.writer_of[f] == job.me) outs_[f] = OutputFile::open_shared(paths.substr(a, b - a));
+      if (f < outs_.size() && job.deal.writer_of[f] == job.me)
+        outs_[f] = OutputFile::open_shared(paths.substr(a, b - a));
   }
   uploads = job.uploads;
   ex.write(job.deal, job.me, *this);
@@ -99,7 +102,9 @@ const Format formats::safetensors = [] {
   f.suffixes = {".safetensors"};
   f.file_name = [](size_t, size_t) { return std::string("model.safetensors"); };
   f.part_buffers = at_offsets_part_buffers;
-  f.consolidate_writer = [](const ConsolidateOptions& o) -> std::unique_ptr<OutputWriter> { return std::make_unique<SafetensorsFile>(o); };
+  f.consolidate_writer = [](const ConsolidateOptions& o) -> std::unique_ptr<OutputWriter> {
+    return std::make_unique<SafetensorsFile>(o);
+  };
   return f;
 }();
 

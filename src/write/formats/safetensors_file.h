@@ -29,7 +29,10 @@ class SafetensorsFiles : public ConsolidatedWriter, protected FileSink {
   // A folder format: where planned file `f` goes (the summary's path), whether the output is a
   // folder, what it adds to the summary's files, and what it writes into the folder after the
   // weights and before it is committed (the config, the index).
-  virtual std::string path_of(const PlannedFile& f) const { (void)f; return o_.output; }
+  virtual std::string path_of(const PlannedFile& f) const {
+    (void)f;
+    return o_.output;
+  }
   virtual void more_files(const WritePlan& plan, nlohmann::json& files) const { (void)plan, (void)files; }
   virtual void finish_folder(WriteJob& job) { (void)job; }
   // A small file of the folder (an index, a config), committed at once.

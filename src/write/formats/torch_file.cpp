@@ -4,8 +4,8 @@
 // a Lightning checkpoint's meta.pt merged in as Lightning's consolidation merges it
 // (write/lightning_meta.h). The selected non-tensor values are re-pickled into data.pkl.
 // Rank 0 writes it, on one lane.
-#include "write/formats/consolidated.h"
 #include "write/executor.h"
+#include "write/formats/consolidated.h"
 #include "write/output.h"
 #include "write/pickler.h"
 #include "write/torch_save.h"
@@ -35,7 +35,8 @@ struct PNode {
   }
 };
 
-void insert_path(PNode& root, const std::vector<PathElem>& path, PNode::Kind leaf_kind, size_t leaf, const std::string& key) {
+void insert_path(PNode& root, const std::vector<PathElem>& path, PNode::Kind leaf_kind, size_t leaf,
+                 const std::string& key) {
   PNode* cur = &root;
   if (cur->kind == PNode::Empty) cur->kind = PNode::Dict;
   for (size_t i = 0; i < path.size(); ++i) {
@@ -49,7 +50,8 @@ void insert_path(PNode& root, const std::vector<PathElem>& path, PNode::Kind lea
       throw UnsupportedError(Where("", std::nullopt, key), "planner_data paths conflict; use --flat");
     }
     if (i + 1 == path.size()) {
-      if (next->kind != PNode::Empty) throw FormatError(Where("", std::nullopt, key), "two items share one planner_data path; use --flat");
+      if (next->kind != PNode::Empty)
+        throw FormatError(Where("", std::nullopt, key), "two items share one planner_data path; use --flat");
       next->kind = leaf_kind;
       next->leaf = leaf;
     } else if (next->kind == PNode::Empty) {
@@ -64,7 +66,9 @@ void insert_path(PNode& root, const std::vector<PathElem>& path, PNode::Kind lea
 void emit(Pickler& p, const PNode& n, const std::vector<PlannedTensor>& tensors,
           const std::vector<std::unique_ptr<pickle::Tree>>& values) {
   switch (n.kind) {
-    case PNode::Empty: p.none(); break;
+    case PNode::Empty:
+      p.none();
+      break;
     case PNode::Dict:
       p.empty_dict();
       if (!n.dict.empty()) {
@@ -89,7 +93,9 @@ void emit(Pickler& p, const PNode& n, const std::vector<PlannedTensor>& tensors,
       pickle_tensor(p, t.dst, t.t->shape, std::to_string(n.leaf));
       break;
     }
-    case PNode::Value: p.value(values[n.leaf]->root); break;
+    case PNode::Value:
+      p.value(values[n.leaf]->root);
+      break;
   }
 }
 
@@ -112,13 +118,15 @@ std::string pt_pickle(const WritePlan& plan, const Values& values, bool flat, co
   if (flat) {
     p.empty_dict();
     p.mark();
-    each_item([&](const SelectedItem& it, size_t ti) {
-      p.str(it.key);
-      pickle_tensor(p, plan.tensors[ti].dst, plan.tensors[ti].t->shape, std::to_string(ti));
-    }, [&](const SelectedItem& it, size_t vi) {
-      p.str(it.key);
-      p.value(values.trees[vi]->root);
-    });
+    each_item(
+        [&](const SelectedItem& it, size_t ti) {
+          p.str(it.key);
+          pickle_tensor(p, plan.tensors[ti].dst, plan.tensors[ti].t->shape, std::to_string(ti));
+        },
+        [&](const SelectedItem& it, size_t vi) {
+          p.str(it.key);
+          p.value(values.trees[vi]->root);
+        });
     p.setitems();
   } else {
     PNode root;
@@ -157,7 +165,9 @@ class TorchFile final : public ConsolidatedWriter, FileSink {
   void plan_files(WriteJob& job, json& summary) override {
     job.plan.files[0].name = o_.output;
     plan_ = &job.plan;
-    summary["files"] = json::array({{{"path", o_.output}, {"tensors", job.plan.files[0].records.size()}, {"bytes", job.plan.files[0].data_bytes}}});
+    summary["files"] = json::array({{{"path", o_.output},
+                                     {"tensors", job.plan.files[0].records.size()},
+                                     {"bytes", job.plan.files[0].data_bytes}}});
   }
   void write_files(WriteJob& job, Executor& ex, const std::string&) override {
     uploads = job.uploads;
@@ -184,7 +194,9 @@ const Format formats::torch_file = [] {
   f.writes_values = true;
   f.suffixes = {".pt", ".pth", ".bin"};
   f.part_buffers = [](size_t files, unsigned, unsigned) { return files == 0 ? PartBuffers{0, 0} : PartBuffers{2, 1}; };
-  f.consolidate_writer = [](const ConsolidateOptions& o) -> std::unique_ptr<OutputWriter> { return std::make_unique<TorchFile>(o); };
+  f.consolidate_writer = [](const ConsolidateOptions& o) -> std::unique_ptr<OutputWriter> {
+    return std::make_unique<TorchFile>(o);
+  };
   return f;
 }();
 
