@@ -13,6 +13,7 @@
 #   tools/dev.sh setup      only install what is missing (Debian packages, the Python virtualenv,
 #                           .venv-megatron: megatron-core 0.19.2 for the megatron-load test)
 #   tools/dev.sh build      setup + build (build/)
+#   tools/dev.sh format     clang-format 14 over every C++ source (the format-lint test checks it)
 #
 # Environment: DCPCTL_JOBS (parallel jobs, default nproc), DCPCTL_SKIP_ASAN=1 (test without the
 # sanitizer pass, and so without the fuzz smoke runs), DCPCTL_LIBTORCH=system (use Debian's libtorch-dev instead of the PyPI wheel),
@@ -34,7 +35,7 @@ PY=$VENV/bin/python
 DEMO_PACKAGES=(cmake g++ make pkg-config libcli11-dev nlohmann-json3-dev libzstd-dev zlib1g-dev libssl-dev
   libcurl4-openssl-dev libexpat1-dev libsentencepiece-dev libutf8proc-dev libonig-dev ccache)
 VENV_PACKAGES=(python3 python3-venv)
-APT_PACKAGES=("${DEMO_PACKAGES[@]}" "${VENV_PACKAGES[@]}" catch2 mandoc shellcheck zsh fish time util-linux-extra)
+APT_PACKAGES=("${DEMO_PACKAGES[@]}" "${VENV_PACKAGES[@]}" catch2 mandoc shellcheck zsh fish time util-linux-extra clang-format)
 # The sanitizer tree of `test` (build-asan, with the libFuzzer targets) and tools/fuzz.sh: Debian
 # 12's clang 14 and its runtime libraries.
 FUZZ_PACKAGES=(clang libclang-rt-14-dev)
@@ -453,6 +454,10 @@ case "$cmd" in
     build-tsan/tests/unit_tests "[exchange],memory gate*,window*,ledger*,hash_streams*"
     log "torchrun consolidates under TSan"
     DCPCTL_VENV="$VENV" bash tests/dist/tsan_consolidate.sh build-tsan/cmd/dcpctl "$PY" tests/fixtures
+    ;;
+  format)
+    # Debian 12's clang-format (14): another version formats some constructs otherwise.
+    git -C "$ROOT" ls-files '*.cpp' '*.h' '*.cu' '*.hpp' | (cd "$ROOT" && xargs clang-format -i)
     ;;
   test-fast)
     require_venv
