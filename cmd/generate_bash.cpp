@@ -19,14 +19,10 @@ std::string sq_list(const std::vector<std::string>& v) {
 std::string kind_assignment(const ArgDoc& a) {
   switch (a.kind) {
     // Quoted: shellcheck takes a bare `x=file` for a mistyped `x=$(file)` (SC2209).
-    case ValueKind::file:
-      return "_dcpctl_kind='file'";
-    case ValueKind::directory:
-      return "_dcpctl_kind='dir'";
-    case ValueKind::choice:
-      return "_dcpctl_kind='choice' _dcpctl_choices=(" + sq_list(a.choices) + ")";
-    case ValueKind::none:
-      break;
+    case ValueKind::file: return "_dcpctl_kind='file'";
+    case ValueKind::directory: return "_dcpctl_kind='dir'";
+    case ValueKind::choice: return "_dcpctl_kind='choice' _dcpctl_choices=(" + sq_list(a.choices) + ")";
+    case ValueKind::none: break;
   }
   return "_dcpctl_kind='none'";
 }

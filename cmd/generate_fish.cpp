@@ -44,17 +44,14 @@ std::string condition(const CommandDoc& c, const std::vector<const CommandDoc*>&
 // The arguments that make a value complete to the right thing.
 std::string value_args(const ArgDoc& a, bool option) {
   switch (a.kind) {
-    case ValueKind::file:
-      return option ? " -r -F" : " -F";
-    case ValueKind::directory:
-      return std::string(option ? " -x" : "") + " -a '(__fish_complete_directories)'";
+    case ValueKind::file: return option ? " -r -F" : " -F";
+    case ValueKind::directory: return std::string(option ? " -x" : "") + " -a '(__fish_complete_directories)'";
     case ValueKind::choice: {
       std::string s;
       for (const std::string& c : a.choices) s += (s.empty() ? "" : " ") + c;
       return std::string(option ? " -x" : "") + " -a " + fq(s);
     }
-    case ValueKind::none:
-      break;
+    case ValueKind::none: break;
   }
   return option ? " -x" : "";
 }

@@ -24,17 +24,14 @@ std::string function_name(const CommandDoc& c) {
 
 std::string action(const ArgDoc& a) {
   switch (a.kind) {
-    case ValueKind::file:
-      return "_files";
-    case ValueKind::directory:
-      return "_files -/";
+    case ValueKind::file: return "_files";
+    case ValueKind::directory: return "_files -/";
     case ValueKind::choice: {
       std::string s = "(";
       for (size_t i = 0; i < a.choices.size(); ++i) s += (i ? " " : "") + spec_text(a.choices[i]);
       return s + ")";
     }
-    case ValueKind::none:
-      break;
+    case ValueKind::none: break;
   }
   return " ";  // a value is expected, but nothing to offer
 }

@@ -124,27 +124,19 @@ ExportAudit audit_export(const Input& a, const Input& b, const DiffResult& r, co
         else
           ++x.after_cast;
         break;
-      case DiffStatus::Tied:
-        ++x.tied;
-        break;
-      case DiffStatus::OnlyInA:
-        why("the source's model key (mapped) is missing from the export");
-        break;
+      case DiffStatus::Tied: ++x.tied; break;
+      case DiffStatus::OnlyInA: why("the source's model key (mapped) is missing from the export"); break;
       case DiffStatus::OnlyInB:
         if (auto reason = export_only_reason(map, m.to, k.key))
           x.export_only.push_back({k.key, *reason});
         else
           why("the export has this key and the source makes none");
         break;
-      case DiffStatus::KindChanged:
-        why("a tensor on one side, a value on the other");
-        break;
+      case DiffStatus::KindChanged: why("a tensor on one side, a value on the other"); break;
       case DiffStatus::DtypeChanged:
         why("dtype " + k.a->dtype_name + " in the source, " + k.b->dtype_name + " in the export: no cast explains it");
         break;
-      case DiffStatus::ShapeChanged:
-        why("shape differs between the source (mapped) and the export");
-        break;
+      case DiffStatus::ShapeChanged: why("shape differs between the source (mapped) and the export"); break;
       case DiffStatus::ValuesChanged:
         detail = std::to_string(k.acc.differ) + " values differ";
         if (k.codec) detail += " beyond the " + std::string(k.codec->codec().name) + " bound (" + k.codec->rule() + ")";

@@ -33,19 +33,14 @@ bool has_prefix(const Metadata& md, const std::string& prefix) {
 
 int rank(const KeyDiff& k) {
   switch (k.status) {
-    case DiffStatus::ValuesChanged:
-      return 0;
+    case DiffStatus::ValuesChanged: return 0;
     case DiffStatus::KindChanged:
     case DiffStatus::DtypeChanged:
-    case DiffStatus::ShapeChanged:
-      return 1;
-    case DiffStatus::OnlyInA:
-      return 2;
-    case DiffStatus::OnlyInB:
-      return 3;
+    case DiffStatus::ShapeChanged: return 1;
+    case DiffStatus::OnlyInA: return 2;
+    case DiffStatus::OnlyInB: return 3;
     case DiffStatus::Identical:
-    case DiffStatus::Tied:
-      return 4;
+    case DiffStatus::Tied: return 4;
   }
   return 5;
 }
@@ -62,22 +57,14 @@ std::string tied_key(const MappedModel& m, const MappedTensor& t, const KeyMap& 
 
 const char* status_name(DiffStatus s) {
   switch (s) {
-    case DiffStatus::OnlyInA:
-      return "only_in_a";
-    case DiffStatus::OnlyInB:
-      return "only_in_b";
-    case DiffStatus::KindChanged:
-      return "kind_changed";
-    case DiffStatus::DtypeChanged:
-      return "dtype_changed";
-    case DiffStatus::ShapeChanged:
-      return "shape_changed";
-    case DiffStatus::ValuesChanged:
-      return "values_changed";
-    case DiffStatus::Identical:
-      return "identical";
-    case DiffStatus::Tied:
-      return "tied";
+    case DiffStatus::OnlyInA: return "only_in_a";
+    case DiffStatus::OnlyInB: return "only_in_b";
+    case DiffStatus::KindChanged: return "kind_changed";
+    case DiffStatus::DtypeChanged: return "dtype_changed";
+    case DiffStatus::ShapeChanged: return "shape_changed";
+    case DiffStatus::ValuesChanged: return "values_changed";
+    case DiffStatus::Identical: return "identical";
+    case DiffStatus::Tied: return "tied";
   }
   return "?";
 }

@@ -98,30 +98,21 @@ const double* table8(DType d) {
   static const Table8 e4m3fn(e4m3fn_to_f32), e5m2(e5m2_to_f32), e4m3fnuz(e4m3fnuz_to_f64), e5m2fnuz(e5m2fnuz_to_f64),
       e8m0(e8m0fnu_to_f64);
   switch (d) {
-    case DType::Float8_E4M3FN:
-      return e4m3fn.v;
-    case DType::Float8_E5M2:
-      return e5m2.v;
-    case DType::Float8_E4M3FNUZ:
-      return e4m3fnuz.v;
-    case DType::Float8_E5M2FNUZ:
-      return e5m2fnuz.v;
-    default:
-      return e8m0.v;
+    case DType::Float8_E4M3FN: return e4m3fn.v;
+    case DType::Float8_E5M2: return e5m2.v;
+    case DType::Float8_E4M3FNUZ: return e4m3fnuz.v;
+    case DType::Float8_E5M2FNUZ: return e5m2fnuz.v;
+    default: return e8m0.v;
   }
 }
 
 // The dtype of each value: a complex dtype's components.
 DType component(DType d) {
   switch (d) {
-    case DType::Complex32:
-      return DType::Float16;
-    case DType::Complex64:
-      return DType::Float32;
-    case DType::Complex128:
-      return DType::Float64;
-    default:
-      return d;
+    case DType::Complex32: return DType::Float16;
+    case DType::Complex64: return DType::Float32;
+    case DType::Complex128: return DType::Float64;
+    default: return d;
   }
 }
 
@@ -133,33 +124,15 @@ DCPCTL_INLINE const double* decode(DType d, const uint8_t* s, size_t n, double* 
       if (reinterpret_cast<uintptr_t>(s) % alignof(double) == 0) return reinterpret_cast<const double*>(s);
       std::memcpy(buf, s, n * 8);
       return buf;
-    case DType::Float32:
-      decode_as<float>(s, n, buf);
-      return buf;
-    case DType::BFloat16:
-      decode_bf16(s, n, buf);
-      return buf;
-    case DType::Float16:
-      decode_f16(s, n, buf);
-      return buf;
-    case DType::Int8:
-      decode_as<int8_t>(s, n, buf);
-      return buf;
-    case DType::UInt8:
-      decode_as<uint8_t>(s, n, buf);
-      return buf;
-    case DType::Int16:
-      decode_as<int16_t>(s, n, buf);
-      return buf;
-    case DType::UInt16:
-      decode_as<uint16_t>(s, n, buf);
-      return buf;
-    case DType::Int32:
-      decode_as<int32_t>(s, n, buf);
-      return buf;
-    case DType::UInt32:
-      decode_as<uint32_t>(s, n, buf);
-      return buf;
+    case DType::Float32: decode_as<float>(s, n, buf); return buf;
+    case DType::BFloat16: decode_bf16(s, n, buf); return buf;
+    case DType::Float16: decode_f16(s, n, buf); return buf;
+    case DType::Int8: decode_as<int8_t>(s, n, buf); return buf;
+    case DType::UInt8: decode_as<uint8_t>(s, n, buf); return buf;
+    case DType::Int16: decode_as<int16_t>(s, n, buf); return buf;
+    case DType::UInt16: decode_as<uint16_t>(s, n, buf); return buf;
+    case DType::Int32: decode_as<int32_t>(s, n, buf); return buf;
+    case DType::UInt32: decode_as<uint32_t>(s, n, buf); return buf;
     case DType::Bool:
       for (size_t i = 0; i < n; ++i) buf[i] = s[i] ? 1.0 : 0.0;
       return buf;
@@ -172,9 +145,7 @@ DCPCTL_INLINE const double* decode(DType d, const uint8_t* s, size_t n, double* 
       for (size_t i = 0; i < n; ++i) buf[i] = t[s[i]];
       return buf;
     }
-    default:
-      widen(d, s, n, buf);
-      return buf;  // int64/uint64: scalar conversions
+    default: widen(d, s, n, buf); return buf;  // int64/uint64: scalar conversions
   }
 }
 

@@ -201,25 +201,16 @@ void decode_block(uint32_t type, const uint8_t* p, float* y, double* step = null
 
 uint64_t block_bytes(uint32_t type) {
   switch (type) {
-    case F32:
-      return 4;
+    case F32: return 4;
     case F16:
-    case BF16:
-      return 2;
-    case Q8_0:
-      return 34;
-    case Q4_0:
-      return 18;
-    case Q5_0:
-      return 22;
-    case Q5_1:
-      return 24;
-    case Q4_K:
-      return 144;
-    case Q5_K:
-      return 176;
-    case Q6_K:
-      return 210;
+    case BF16: return 2;
+    case Q8_0: return 34;
+    case Q4_0: return 18;
+    case Q5_0: return 22;
+    case Q5_1: return 24;
+    case Q4_K: return 144;
+    case Q5_K: return 176;
+    case Q6_K: return 210;
   }
   return 0;
 }
@@ -239,26 +230,16 @@ std::optional<uint32_t> decoded_type(const std::string& n) {
 const char* bound_name(uint32_t type) {
   using namespace bound_impl;
   switch (type) {
-    case F32:
-      return "F32";
-    case F16:
-      return "F16";
-    case BF16:
-      return "BF16";
-    case Q8_0:
-      return "Q8_0";
-    case Q4_0:
-      return "Q4_0";
-    case Q5_0:
-      return "Q5_0";
-    case Q5_1:
-      return "Q5_1";
-    case Q4_K:
-      return "Q4_K";
-    case Q5_K:
-      return "Q5_K";
-    case Q6_K:
-      return "Q6_K";
+    case F32: return "F32";
+    case F16: return "F16";
+    case BF16: return "BF16";
+    case Q8_0: return "Q8_0";
+    case Q4_0: return "Q4_0";
+    case Q5_0: return "Q5_0";
+    case Q5_1: return "Q5_1";
+    case Q4_K: return "Q4_K";
+    case Q5_K: return "Q5_K";
+    case Q6_K: return "Q6_K";
   }
   return "?";
 }
@@ -266,23 +247,17 @@ const char* bound_name(uint32_t type) {
 const char* bound_rule(uint32_t type) {
   using namespace bound_impl;
   switch (type) {
-    case F32:
-      return "bit for bit";
-    case F16:
-      return "half an ULP of float16 (any round to nearest)";
-    case BF16:
-      return "half an ULP of bfloat16 (any round to nearest)";
-    case Q8_0:
-      return "half a step of the block's fp16 scale, and its rounding per code";
+    case F32: return "bit for bit";
+    case F16: return "half an ULP of float16 (any round to nearest)";
+    case BF16: return "half an ULP of bfloat16 (any round to nearest)";
+    case Q8_0: return "half a step of the block's fp16 scale, and its rounding per code";
     case Q4_0:
     case Q5_0:
       return "half a step of the block's fp16 scale (a step at the saturating top code), and its rounding per code";
-    case Q5_1:
-      return "half a step of the block's fp16 scale, and the rounding of its scale and min";
+    case Q5_1: return "half a step of the block's fp16 scale, and the rounding of its scale and min";
     case Q4_K:
     case Q5_K:
-    case Q6_K:
-      return "the nearest point of the sub-block's stored grid; beyond its ends, the reference fit's room";
+    case Q6_K: return "the nearest point of the sub-block's stored grid; beyond its ends, the reference fit's room";
   }
   return "?";
 }
@@ -293,12 +268,10 @@ uint64_t bound_block(uint32_t type) {
     case Q8_0:
     case Q4_0:
     case Q5_0:
-    case Q5_1:
-      return 32;
+    case Q5_1: return 32;
     case Q4_K:
     case Q5_K:
-    case Q6_K:
-      return 256;
+    case Q6_K: return 256;
   }
   return 1;
 }

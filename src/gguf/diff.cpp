@@ -334,16 +334,11 @@ DiffResult diff_gguf(Input& source, Input& file, const DiffOptions& o, bool file
     }
   auto rank = [](const KeyDiff& k) {
     switch (k.status) {
-      case DiffStatus::ValuesChanged:
-        return 0;
-      case DiffStatus::ShapeChanged:
-        return 1;
-      case DiffStatus::OnlyInA:
-        return 2;
-      case DiffStatus::OnlyInB:
-        return 3;
-      default:
-        return 4;
+      case DiffStatus::ValuesChanged: return 0;
+      case DiffStatus::ShapeChanged: return 1;
+      case DiffStatus::OnlyInA: return 2;
+      case DiffStatus::OnlyInB: return 3;
+      default: return 4;
     }
   };
   std::stable_sort(r.keys.begin(), r.keys.end(), [&](const KeyDiff& x, const KeyDiff& y) {

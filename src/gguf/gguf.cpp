@@ -59,30 +59,18 @@ float round_away(float x) {
 
 const char* type_name(TensorType t) {
   switch (t) {
-    case TensorType::F32:
-      return "F32";
-    case TensorType::F16:
-      return "F16";
-    case TensorType::BF16:
-      return "BF16";
-    case TensorType::Q8_0:
-      return "Q8_0";
-    case TensorType::Q4_0:
-      return "Q4_0";
-    case TensorType::Q5_0:
-      return "Q5_0";
-    case TensorType::Q5_1:
-      return "Q5_1";
-    case TensorType::Q4_K:
-      return "Q4_K";
-    case TensorType::Q5_K:
-      return "Q5_K";
-    case TensorType::Q6_K:
-      return "Q6_K";
-    case TensorType::MXFP4:
-      return "MXFP4";
-    case TensorType::NVFP4:
-      return "NVFP4";
+    case TensorType::F32: return "F32";
+    case TensorType::F16: return "F16";
+    case TensorType::BF16: return "BF16";
+    case TensorType::Q8_0: return "Q8_0";
+    case TensorType::Q4_0: return "Q4_0";
+    case TensorType::Q5_0: return "Q5_0";
+    case TensorType::Q5_1: return "Q5_1";
+    case TensorType::Q4_K: return "Q4_K";
+    case TensorType::Q5_K: return "Q5_K";
+    case TensorType::Q6_K: return "Q6_K";
+    case TensorType::MXFP4: return "MXFP4";
+    case TensorType::NVFP4: return "NVFP4";
   }
   return "?";
 }
@@ -91,20 +79,16 @@ uint64_t block_size(TensorType t) {
   switch (t) {
     case TensorType::F32:
     case TensorType::F16:
-    case TensorType::BF16:
-      return 1;
+    case TensorType::BF16: return 1;
     case TensorType::Q4_0:
     case TensorType::Q5_0:
     case TensorType::Q5_1:
     case TensorType::Q8_0:
-    case TensorType::MXFP4:
-      return kQ8Block;
+    case TensorType::MXFP4: return kQ8Block;
     case TensorType::Q4_K:
     case TensorType::Q5_K:
-    case TensorType::Q6_K:
-      return 256;
-    case TensorType::NVFP4:
-      return 64;
+    case TensorType::Q6_K: return 256;
+    case TensorType::NVFP4: return 64;
   }
   return 1;
 }
@@ -125,29 +109,18 @@ TensorType row_type(TensorType t, uint64_t row) {
 uint64_t tensor_bytes(TensorType t, uint64_t elements, uint64_t row) {
   (void)row;
   switch (t) {
-    case TensorType::F32:
-      return elements * 4;
+    case TensorType::F32: return elements * 4;
     case TensorType::F16:
-    case TensorType::BF16:
-      return elements * 2;
-    case TensorType::Q8_0:
-      return elements / kQ8Block * kQ8BlockBytes;
-    case TensorType::Q4_0:
-      return elements / 32 * 18;
-    case TensorType::Q5_0:
-      return elements / 32 * 22;
-    case TensorType::Q5_1:
-      return elements / 32 * 24;
-    case TensorType::Q4_K:
-      return elements / 256 * 144;
-    case TensorType::Q5_K:
-      return elements / 256 * 176;
-    case TensorType::Q6_K:
-      return elements / 256 * 210;
-    case TensorType::MXFP4:
-      return elements / 32 * 17;
-    case TensorType::NVFP4:
-      return elements / 64 * 36;
+    case TensorType::BF16: return elements * 2;
+    case TensorType::Q8_0: return elements / kQ8Block * kQ8BlockBytes;
+    case TensorType::Q4_0: return elements / 32 * 18;
+    case TensorType::Q5_0: return elements / 32 * 22;
+    case TensorType::Q5_1: return elements / 32 * 24;
+    case TensorType::Q4_K: return elements / 256 * 144;
+    case TensorType::Q5_K: return elements / 256 * 176;
+    case TensorType::Q6_K: return elements / 256 * 210;
+    case TensorType::MXFP4: return elements / 32 * 17;
+    case TensorType::NVFP4: return elements / 64 * 36;
   }
   return 0;
 }
@@ -300,31 +273,15 @@ void encode_via(EncodeIsa isa, TensorType t, const float* x, size_t n, uint8_t* 
     throw std::logic_error("gguf: an encoding this CPU cannot run");
   if (isa == EncodeIsa::Avx2 && encode_avx2(t, x, n, out)) return;
   switch (t) {
-    case TensorType::Q4_0:
-      quants::q4_0(x, n, out);
-      return;
-    case TensorType::Q5_0:
-      quants::q5_0(x, n, out);
-      return;
-    case TensorType::Q5_1:
-      quants::q5_1(x, n, out);
-      return;
-    case TensorType::Q4_K:
-      quants::q4_k(x, n, out, isa == EncodeIsa::Avx2);
-      return;
-    case TensorType::Q5_K:
-      quants::q5_k(x, n, out, isa == EncodeIsa::Avx2);
-      return;
-    case TensorType::Q6_K:
-      quants::q6_k(x, n, out, isa == EncodeIsa::Avx2);
-      return;
-    case TensorType::MXFP4:
-      throw std::logic_error("gguf: MXFP4 is copied from MXFP4 (mxfp4_repack), not encoded");
-    case TensorType::NVFP4:
-      throw std::logic_error("gguf: NVFP4 is copied from NVFP4 (nvfp4_pack), not encoded");
-    case TensorType::F32:
-      std::memcpy(out, x, n * 4);
-      return;
+    case TensorType::Q4_0: quants::q4_0(x, n, out); return;
+    case TensorType::Q5_0: quants::q5_0(x, n, out); return;
+    case TensorType::Q5_1: quants::q5_1(x, n, out); return;
+    case TensorType::Q4_K: quants::q4_k(x, n, out, isa == EncodeIsa::Avx2); return;
+    case TensorType::Q5_K: quants::q5_k(x, n, out, isa == EncodeIsa::Avx2); return;
+    case TensorType::Q6_K: quants::q6_k(x, n, out, isa == EncodeIsa::Avx2); return;
+    case TensorType::MXFP4: throw std::logic_error("gguf: MXFP4 is copied from MXFP4 (mxfp4_repack), not encoded");
+    case TensorType::NVFP4: throw std::logic_error("gguf: NVFP4 is copied from NVFP4 (nvfp4_pack), not encoded");
+    case TensorType::F32: std::memcpy(out, x, n * 4); return;
     case TensorType::F16:
       for (size_t i = 0; i < n; ++i) {
         const uint16_t h = f32_to_f16(x[i]);

@@ -1913,30 +1913,18 @@ std::optional<std::vector<ExpectedTensor>> family_tensors(
   const int64_t q = mul(heads, head_k), kv = mul(heads_kv, head_k), v = mul(heads_kv, head_v);
   auto dim = [&](char d) {
     switch (d) {
-      case 'E':
-        return embd;
-      case 'F':
-        return ff;
-      case 'G':
-        return mul(2, ff);
-      case 'Q':
-        return q;
-      case 'K':
-        return kv;
-      case 'V':
-        return v;
-      case 'H':
-        return head_k;
-      case 'A':
-        return heads;
-      case 'B':
-        return heads_kv;
-      case 'S':
-        return embd < 0 || v < 0 ? int64_t{-1} : embd + 2 * v;
-      case 'R':
-        return k("rope.dimension_count") ? *k("rope.dimension_count") / 2 : int64_t{-1};
-      default:
-        return vocab.value_or(-1);  // 'N'
+      case 'E': return embd;
+      case 'F': return ff;
+      case 'G': return mul(2, ff);
+      case 'Q': return q;
+      case 'K': return kv;
+      case 'V': return v;
+      case 'H': return head_k;
+      case 'A': return heads;
+      case 'B': return heads_kv;
+      case 'S': return embd < 0 || v < 0 ? int64_t{-1} : embd + 2 * v;
+      case 'R': return k("rope.dimension_count") ? *k("rope.dimension_count") / 2 : int64_t{-1};
+      default: return vocab.value_or(-1);  // 'N'
     }
   };
   std::vector<ExpectedTensor> out;

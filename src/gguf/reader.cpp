@@ -190,22 +190,14 @@ std::string quoted(const std::string& s) {
 // One scalar of `type` as text.
 std::string scalar_text(Cursor& c, uint32_t type) {
   switch (type) {
-    case U8:
-      return std::to_string(c.scalar<uint8_t>("a u8"));
-    case I8:
-      return std::to_string(c.scalar<int8_t>("an i8"));
-    case U16:
-      return std::to_string(c.scalar<uint16_t>("a u16"));
-    case I16:
-      return std::to_string(c.scalar<int16_t>("an i16"));
-    case U32:
-      return std::to_string(c.scalar<uint32_t>("a u32"));
-    case I32:
-      return std::to_string(c.scalar<int32_t>("an i32"));
-    case U64:
-      return std::to_string(c.scalar<uint64_t>("a u64"));
-    case I64:
-      return std::to_string(c.scalar<int64_t>("an i64"));
+    case U8: return std::to_string(c.scalar<uint8_t>("a u8"));
+    case I8: return std::to_string(c.scalar<int8_t>("an i8"));
+    case U16: return std::to_string(c.scalar<uint16_t>("a u16"));
+    case I16: return std::to_string(c.scalar<int16_t>("an i16"));
+    case U32: return std::to_string(c.scalar<uint32_t>("a u32"));
+    case I32: return std::to_string(c.scalar<int32_t>("an i32"));
+    case U64: return std::to_string(c.scalar<uint64_t>("a u64"));
+    case I64: return std::to_string(c.scalar<int64_t>("an i64"));
     case F32: {
       char b[32];
       std::snprintf(b, sizeof b, "%.9g", static_cast<double>(c.scalar<float>("an f32")));
@@ -220,8 +212,7 @@ std::string scalar_text(Cursor& c, uint32_t type) {
       uint8_t v = c.scalar<uint8_t>("a bool");
       return v == 0 ? "False" : "True";
     }
-    case String:
-      return quoted(c.str("a string value", 256));
+    case String: return quoted(c.str("a string value", 256));
   }
   return {};
 }

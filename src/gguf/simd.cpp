@@ -136,17 +136,10 @@ EncodeIsa best_encode_isa() {
 bool encode_avx2(TensorType t, const float* x, size_t n, uint8_t* out) {
 #if defined(__x86_64__)
   switch (t) {
-    case TensorType::F16:
-      f16_avx2(x, n, out);
-      return true;
-    case TensorType::BF16:
-      bf16_avx2(x, n, out);
-      return true;
-    case TensorType::Q8_0:
-      q8_0_avx2(x, n, out);
-      return true;
-    default:
-      return false;
+    case TensorType::F16: f16_avx2(x, n, out); return true;
+    case TensorType::BF16: bf16_avx2(x, n, out); return true;
+    case TensorType::Q8_0: q8_0_avx2(x, n, out); return true;
+    default: return false;
   }
 #else
   (void)t, (void)x, (void)n, (void)out;

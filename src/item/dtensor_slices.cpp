@@ -49,12 +49,10 @@ int64_t runs_total(const IndexRuns& runs) {
 
 std::string MeshPlacement::text() const {
   switch (kind) {
-    case Shard:
-      return "Shard(" + std::to_string(dim) + ")";
+    case Shard: return "Shard(" + std::to_string(dim) + ")";
     case StridedShard:
       return "StridedShard(" + std::to_string(dim) + ", split_factor=" + std::to_string(split_factor) + ")";
-    case Replicate:
-      break;
+    case Replicate: break;
   }
   return "Replicate";
 }

@@ -36,14 +36,10 @@ bool is_tensor(const Value& v) {
 
 std::string key_text(const Value& k) {
   switch (k.kind) {
-    case Kind::Str:
-      return std::string(k.as_str());
-    case Kind::Int:
-      return std::to_string(k.as_int());
-    case Kind::Bool:
-      return k.as_bool() ? "True" : "False";
-    default:
-      return pickle::repr(k, 1000);
+    case Kind::Str: return std::string(k.as_str());
+    case Kind::Int: return std::to_string(k.as_int());
+    case Kind::Bool: return k.as_bool() ? "True" : "False";
+    default: return pickle::repr(k, 1000);
   }
 }
 
@@ -118,10 +114,8 @@ std::string unsafe_global(const Value& v, int depth = 0) {
       for (const Value& e : v.items())
         if (auto s = unsafe_global(e, depth + 1); !s.empty()) return s;
       return "";
-    case Kind::PersId:
-      return "persistent id outside a tensor";
-    default:
-      return "";
+    case Kind::PersId: return "persistent id outside a tensor";
+    default: return "";
   }
 }
 

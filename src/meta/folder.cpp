@@ -82,16 +82,11 @@ bool MetadataFolder::fold(const pickle::GlobalRef& cls, const Value& args, const
     if (seen_.size() < 64) seen_.push_back({&cls, tag});
   }
   switch (tag) {
-    case kChunk:
-      return chunk(state, out);
-    case kKey:
-      return key(state, out);
-    case kStorage:
-      return storage_info(state, out);
-    case kTensor:
-      return tensor(state, out);
-    default:
-      return false;
+    case kChunk: return chunk(state, out);
+    case kKey: return key(state, out);
+    case kStorage: return storage_info(state, out);
+    case kTensor: return tensor(state, out);
+    default: return false;
   }
 }
 

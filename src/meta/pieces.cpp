@@ -127,18 +127,10 @@ void copy_box_transposed(const uint8_t* src, const Box& sb, uint8_t* dst, const 
       dof += static_cast<uint64_t>(idx[k]) * ds[k];
     }
     switch (item) {
-      case 1:
-        transpose_rows<1>(src + so, ss[nd - 2], dst + dof, ds[nd - 1], rows, cols);
-        break;
-      case 2:
-        transpose_rows<2>(src + so, ss[nd - 2], dst + dof, ds[nd - 1], rows, cols);
-        break;
-      case 4:
-        transpose_rows<4>(src + so, ss[nd - 2], dst + dof, ds[nd - 1], rows, cols);
-        break;
-      case 8:
-        transpose_rows<8>(src + so, ss[nd - 2], dst + dof, ds[nd - 1], rows, cols);
-        break;
+      case 1: transpose_rows<1>(src + so, ss[nd - 2], dst + dof, ds[nd - 1], rows, cols); break;
+      case 2: transpose_rows<2>(src + so, ss[nd - 2], dst + dof, ds[nd - 1], rows, cols); break;
+      case 4: transpose_rows<4>(src + so, ss[nd - 2], dst + dof, ds[nd - 1], rows, cols); break;
+      case 8: transpose_rows<8>(src + so, ss[nd - 2], dst + dof, ds[nd - 1], rows, cols); break;
       default:
         for (int64_t a = 0; a < rows; ++a)
           for (int64_t b = 0; b < cols; ++b)

@@ -62,14 +62,10 @@ class Printer {
     if (full()) return;
     if (depth > kMaxDepth) return put("...");
     switch (v.kind) {
-      case Kind::None:
-        return put("None");
-      case Kind::Bool:
-        return put(v.as_bool() ? "True" : "False");
-      case Kind::Int:
-        return put(std::to_string(v.as_int()));
-      case Kind::BigInt:
-        return put("<int of " + std::to_string(v.len * 8) + " bits>");
+      case Kind::None: return put("None");
+      case Kind::Bool: return put(v.as_bool() ? "True" : "False");
+      case Kind::Int: return put(std::to_string(v.as_int()));
+      case Kind::BigInt: return put("<int of " + std::to_string(v.len * 8) + " bits>");
       case Kind::Float: {
         double d = v.as_float();
         if (std::isnan(d)) return put("nan");
@@ -89,20 +85,13 @@ class Printer {
         if (s.find_first_of(".en") == std::string::npos) s += ".0";
         return put(s);
       }
-      case Kind::Str:
-        return str_lit(v.as_str(), false);
-      case Kind::Bytes:
-        return str_lit(v.as_str(), true);
-      case Kind::Tuple:
-        return seq(v, "(", ")", depth);
-      case Kind::List:
-        return seq(v, "[", "]", depth);
-      case Kind::Set:
-        return seq(v, "{", "}", depth);
-      case Kind::Dict:
-        return seq(v, "{", "}", depth, true);
-      case Kind::Size:
-        return seq(v, "torch.Size([", "])", depth);
+      case Kind::Str: return str_lit(v.as_str(), false);
+      case Kind::Bytes: return str_lit(v.as_str(), true);
+      case Kind::Tuple: return seq(v, "(", ")", depth);
+      case Kind::List: return seq(v, "[", "]", depth);
+      case Kind::Set: return seq(v, "{", "}", depth);
+      case Kind::Dict: return seq(v, "{", "}", depth, true);
+      case Kind::Size: return seq(v, "torch.Size([", "])", depth);
       case Kind::Global: {
         const GlobalRef& g = v.as_global();
         put(g.module);
@@ -126,8 +115,7 @@ class Printer {
         put("persistent_id(");
         value(v.as_persid(), depth + 1);
         return put(")");
-      case Kind::Ext:
-        return put("<record>");
+      case Kind::Ext: return put("<record>");
     }
   }
 
@@ -150,22 +138,14 @@ bool json_value(const Value& v, nlohmann::json& out, int depth, uint64_t& budget
   if (depth > kMaxDepth || budget == 0) return false;
   --budget;
   switch (v.kind) {
-    case Kind::None:
-      out = nullptr;
-      return true;
-    case Kind::Bool:
-      out = v.as_bool();
-      return true;
-    case Kind::Int:
-      out = v.as_int();
-      return true;
+    case Kind::None: out = nullptr; return true;
+    case Kind::Bool: out = v.as_bool(); return true;
+    case Kind::Int: out = v.as_int(); return true;
     case Kind::Float:
       if (!std::isfinite(v.as_float())) return false;
       out = v.as_float();
       return true;
-    case Kind::Str:
-      out = std::string(v.as_str());
-      return true;
+    case Kind::Str: out = std::string(v.as_str()); return true;
     case Kind::Tuple:
     case Kind::List:
     case Kind::Size: {
@@ -188,8 +168,7 @@ bool json_value(const Value& v, nlohmann::json& out, int depth, uint64_t& budget
       }
       return true;
     }
-    default:
-      return false;
+    default: return false;
   }
 }
 

@@ -7,38 +7,22 @@ namespace dcpctl::pickle {
 
 const char* kind_name(Kind k) {
   switch (k) {
-    case Kind::None:
-      return "None";
-    case Kind::Bool:
-      return "bool";
-    case Kind::Int:
-      return "int";
-    case Kind::BigInt:
-      return "int";
-    case Kind::Float:
-      return "float";
-    case Kind::Str:
-      return "str";
-    case Kind::Bytes:
-      return "bytes";
-    case Kind::Tuple:
-      return "tuple";
-    case Kind::List:
-      return "list";
-    case Kind::Dict:
-      return "dict";
-    case Kind::Set:
-      return "set";
-    case Kind::Global:
-      return "global";
-    case Kind::Object:
-      return "object";
-    case Kind::Size:
-      return "torch.Size";
-    case Kind::PersId:
-      return "persistent id";
-    case Kind::Ext:
-      return "object";  // a folded object is still one to whoever reads the pickle
+    case Kind::None: return "None";
+    case Kind::Bool: return "bool";
+    case Kind::Int: return "int";
+    case Kind::BigInt: return "int";
+    case Kind::Float: return "float";
+    case Kind::Str: return "str";
+    case Kind::Bytes: return "bytes";
+    case Kind::Tuple: return "tuple";
+    case Kind::List: return "list";
+    case Kind::Dict: return "dict";
+    case Kind::Set: return "set";
+    case Kind::Global: return "global";
+    case Kind::Object: return "object";
+    case Kind::Size: return "torch.Size";
+    case Kind::PersId: return "persistent id";
+    case Kind::Ext: return "object";  // a folded object is still one to whoever reads the pickle
   }
   return "?";
 }
@@ -142,21 +126,14 @@ void Tree::discard(const Value& v) {
   switch (v.kind) {
     case Kind::Str:
     case Kind::Bytes:
-    case Kind::BigInt:
-      bytes_.release_tail(reinterpret_cast<char*>(v.bits), v.len ? v.len : 1);
-      break;
+    case Kind::BigInt: bytes_.release_tail(reinterpret_cast<char*>(v.bits), v.len ? v.len : 1); break;
     case Kind::Tuple:
     case Kind::List:
     case Kind::Dict:
     case Kind::Set:
-    case Kind::Size:
-      values_.release_tail(reinterpret_cast<Value*>(v.bits), v.len ? v.len : 1);
-      break;
-    case Kind::Object:
-      objects_.release_tail(reinterpret_cast<ObjectNode*>(v.bits), 1);
-      break;
-    default:
-      break;
+    case Kind::Size: values_.release_tail(reinterpret_cast<Value*>(v.bits), v.len ? v.len : 1); break;
+    case Kind::Object: objects_.release_tail(reinterpret_cast<ObjectNode*>(v.bits), 1); break;
+    default: break;
   }
 }
 

@@ -168,27 +168,13 @@ bool decode_quoted(std::string_view s, std::string& out) {
     }
     if (++i >= s.size()) return false;
     switch (s[i]) {
-      case '\\':
-        raw.push_back('\\');
-        break;
-      case '\'':
-        raw.push_back('\'');
-        break;
-      case '"':
-        raw.push_back('"');
-        break;
-      case 'n':
-        raw.push_back('\n');
-        break;
-      case 'r':
-        raw.push_back('\r');
-        break;
-      case 't':
-        raw.push_back('\t');
-        break;
-      case '0':
-        raw.push_back('\0');
-        break;
+      case '\\': raw.push_back('\\'); break;
+      case '\'': raw.push_back('\''); break;
+      case '"': raw.push_back('"'); break;
+      case 'n': raw.push_back('\n'); break;
+      case 'r': raw.push_back('\r'); break;
+      case 't': raw.push_back('\t'); break;
+      case '0': raw.push_back('\0'); break;
       case 'x': {
         if (i + 2 >= s.size()) return false;
         int h1 = hexval(s[i + 1]), h2 = hexval(s[i + 2]);
@@ -197,8 +183,7 @@ bool decode_quoted(std::string_view s, std::string& out) {
         i += 2;
         break;
       }
-      default:
-        return false;
+      default: return false;
     }
   }
   out = latin1_to_utf8(raw);
@@ -272,9 +257,7 @@ inline void read_memo_line(SpanReader& r, size_t op_pos, Arg& a) {
 // can never disagree about where an opcode ends.
 void read_arg(uint8_t op, SpanReader& r, size_t op_pos, Arg& a) {
   switch (op) {
-    case PROTO:
-      a.u = r.u8();
-      break;
+    case PROTO: a.u = r.u8(); break;
     case FRAME: {
       a.u = r.u64le();
       if (a.u > r.remaining())
@@ -282,40 +265,20 @@ void read_arg(uint8_t op, SpanReader& r, size_t op_pos, Arg& a) {
                               std::to_string(r.remaining()) + " bytes left)");
       break;
     }
-    case BININT:
-      a.i = r.i32le();
-      break;
-    case BININT1:
-      a.i = r.u8();
-      break;
-    case BININT2:
-      a.i = r.u16le();
-      break;
+    case BININT: a.i = r.i32le(); break;
+    case BININT1: a.i = r.u8(); break;
+    case BININT2: a.i = r.u16le(); break;
     case LONG1:
-    case LONG4:
-      read_long(op, r, a);
-      break;
-    case INT:
-      read_int_line(r, op_pos, a);
-      break;
-    case LONG:
-      a.i = parse_text_int(r, op_pos, r.line("LONG"), "LONG");
-      break;
-    case FLOAT:
-      read_float_line(r, op_pos, a);
-      break;
-    case BINFLOAT:
-      a.f = r.f64be();
-      break;
+    case LONG4: read_long(op, r, a); break;
+    case INT: read_int_line(r, op_pos, a); break;
+    case LONG: a.i = parse_text_int(r, op_pos, r.line("LONG"), "LONG"); break;
+    case FLOAT: read_float_line(r, op_pos, a); break;
+    case BINFLOAT: a.f = r.f64be(); break;
     case SHORT_BINUNICODE:
     case SHORT_BINBYTES:
-    case SHORT_BINSTRING:
-      a.s = r.take(r.u8(), "string").view();
-      break;
+    case SHORT_BINSTRING: a.s = r.take(r.u8(), "string").view(); break;
     case BINUNICODE:
-    case BINBYTES:
-      a.s = r.take(r.u32le(), "string").view();
-      break;
+    case BINBYTES: a.s = r.take(r.u32le(), "string").view(); break;
     case BINSTRING: {
       int32_t n = r.i32le();
       if (n < 0) r.fail_at(op_pos, "BINSTRING with a negative length");
@@ -324,44 +287,24 @@ void read_arg(uint8_t op, SpanReader& r, size_t op_pos, Arg& a) {
     }
     case BINUNICODE8:
     case BINBYTES8:
-    case BYTEARRAY8:
-      a.s = r.take(r.u64le(), "string").view();
-      break;
-    case STRING:
-      a.s = r.line("STRING");
-      break;
-    case UNICODE:
-      a.s = r.line("UNICODE");
-      break;
+    case BYTEARRAY8: a.s = r.take(r.u64le(), "string").view(); break;
+    case STRING: a.s = r.line("STRING"); break;
+    case UNICODE: a.s = r.line("UNICODE"); break;
     case GLOBAL:
     case INST:
       a.s = r.line("module name");
       a.s2 = r.line("class name");
       break;
-    case PERSID:
-      a.s = r.line("PERSID");
-      break;
+    case PERSID: a.s = r.line("PERSID"); break;
     case GET:
-    case PUT:
-      read_memo_line(r, op_pos, a);
-      break;
+    case PUT: read_memo_line(r, op_pos, a); break;
     case BINGET:
-    case BINPUT:
-      a.u = r.u8();
-      break;
+    case BINPUT: a.u = r.u8(); break;
     case LONG_BINGET:
-    case LONG_BINPUT:
-      a.u = r.u32le();
-      break;
-    case EXT1:
-      a.u = r.u8();
-      break;
-    case EXT2:
-      a.u = r.u16le();
-      break;
-    case EXT4:
-      a.u = r.u32le();
-      break;
+    case LONG_BINPUT: a.u = r.u32le(); break;
+    case EXT1: a.u = r.u8(); break;
+    case EXT2: a.u = r.u16le(); break;
+    case EXT4: a.u = r.u32le(); break;
     case MARK:
     case STOP:
     case POP:
@@ -395,10 +338,8 @@ void read_arg(uint8_t op, SpanReader& r, size_t op_pos, Arg& a) {
     case STACK_GLOBAL:
     case MEMOIZE:
     case NEXT_BUFFER:
-    case READONLY_BUFFER:
-      break;
-    default:
-      unknown_opcode(r, op_pos, op);
+    case READONLY_BUFFER: break;
+    default: unknown_opcode(r, op_pos, op);
   }
 }
 
@@ -539,12 +480,8 @@ class Machine {
         case REDUCE:
         case NEWOBJ:
         case EMPTY_DICT:
-        case EMPTY_LIST:
-          pos += base[pos + 1] == MEMOIZE ? 2 : 1;
-          continue;
-        case SETITEMS:
-          pos += base[pos + 1] == BUILD ? 2 : 1;
-          continue;
+        case EMPTY_LIST: pos += base[pos + 1] == MEMOIZE ? 2 : 1; continue;
+        case SETITEMS: pos += base[pos + 1] == BUILD ? 2 : 1; continue;
         case MARK:
         case POP:
         case POP_MARK:
@@ -568,33 +505,19 @@ class Machine {
         case STACK_GLOBAL:
         case MEMOIZE:
         case NEXT_BUFFER:
-        case READONLY_BUFFER:
-          pos += 1;
-          continue;
+        case READONLY_BUFFER: pos += 1; continue;
         case PROTO:
         case BININT1:
         case BINPUT:
-        case EXT1:
-          pos += 2;
-          continue;
+        case EXT1: pos += 2; continue;
         case BININT2:
-        case EXT2:
-          pos += 3;
-          continue;
+        case EXT2: pos += 3; continue;
         case BININT:
         case LONG_BINPUT:
-        case EXT4:
-          pos += 5;
-          continue;
-        case BINFLOAT:
-          pos += 9;
-          continue;
-        case BINGET:
-          pos = step_binget(pos, limit);
-          continue;
-        case LONG_BINGET:
-          pos = step_long_binget(pos, limit);
-          continue;
+        case EXT4: pos += 5; continue;
+        case BINFLOAT: pos += 9; continue;
+        case BINGET: pos = step_binget(pos, limit); continue;
+        case LONG_BINGET: pos = step_long_binget(pos, limit); continue;
         case SHORT_BINUNICODE:
         case SHORT_BINBYTES:
         case SHORT_BINSTRING:
@@ -605,8 +528,7 @@ class Machine {
           if (pos < limit && base[pos] == MEMOIZE) ++pos;  // a string is memoized as it is made
           continue;
         }
-        default:
-          break;
+        default: break;
       }
       break;
     }
@@ -821,19 +743,11 @@ class Machine {
           if (q + n <= cap) t.long_at[t.nlong++] = static_cast<uint8_t>(q + 1);
           break;
         case BININT1:
-        case BINPUT:
-          n = 2;
-          break;
-        case BININT2:
-          n = 3;
-          break;
+        case BINPUT: n = 2; break;
+        case BININT2: n = 3; break;
         case BININT:
-        case LONG_BINPUT:
-          n = 5;
-          break;
-        case BINFLOAT:
-          n = 9;
-          break;
+        case LONG_BINPUT: n = 5; break;
+        case BINFLOAT: n = 9; break;
         case LONG1:
         case SHORT_BINUNICODE:
         case SHORT_BINBYTES:
@@ -872,11 +786,8 @@ class Machine {
         case STACK_GLOBAL:
         case ADDITEMS:
         case FROZENSET:
-        case BUILD:
-          n = 1;
-          break;
-        default:
-          break;
+        case BUILD: n = 1; break;
+        default: break;
       }
       if (n == 0 || q + n > cap) break;
       if (q == 0) {  // the class: compared, so that each template stands for one class (noted below)
@@ -1140,8 +1051,7 @@ class Machine {
         f.p += 2 + n;
         return true;
       }
-      default:
-        return false;
+      default: return false;
     }
   }
 
@@ -1280,11 +1190,8 @@ class Machine {
         ++f.p;
         src = kConst;
         return true;
-      case SHORT_BINUNICODE:
-        src = kStr;
-        return flat_str(f, v);
-      default:
-        return false;
+      case SHORT_BINUNICODE: src = kStr; return flat_str(f, v);
+      default: return false;
     }
   }
 
@@ -1384,16 +1291,11 @@ class Machine {
   // The size of the int opcode at p (BININT1, BININT2, BININT, LONG1), 0 for anything else.
   static size_t int_size(const uint8_t* p) {
     switch (*p) {
-      case BININT1:
-        return 2;
-      case BININT2:
-        return 3;
-      case BININT:
-        return 5;
-      case LONG1:
-        return 2 + size_t{p[1]};
-      default:
-        return 0;
+      case BININT1: return 2;
+      case BININT2: return 3;
+      case BININT: return 5;
+      case LONG1: return 2 + size_t{p[1]};
+      default: return 0;
     }
   }
 
@@ -1460,14 +1362,12 @@ class Machine {
           std::memset(mask + at + from, 0, w - from);
           break;
         }
-        case kConst:
-          break;
+        case kConst: break;
         case kStr:
           if (!add(kStr, at, i)) return;
           std::memset(mask + at + 2, 0, p[1]);
           break;
-        default:
-          return;
+        default: return;
       }
     }
     template_words(obj, mask, len, t.word, t.mask);
@@ -1522,12 +1422,9 @@ class Machine {
   // at p, as flat_int reads it.
   static int64_t template_int(const uint8_t* p) {
     switch (*p) {
-      case BININT1:
-        return p[1];
-      case BININT2:
-        return p[1] | p[2] << 8;
-      case BININT:
-        return static_cast<int32_t>(load_u32le(p + 1));
+      case BININT1: return p[1];
+      case BININT2: return p[1] | p[2] << 8;
+      case BININT: return static_cast<int32_t>(load_u32le(p + 1));
       default: {
         Flat f{p, p + 2 + p[1], 0};
         int64_t v = 0;
@@ -1573,8 +1470,7 @@ class Machine {
           flat_items_[s.dst] = v;
           break;
         }
-        default:
-          return false;
+        default: return false;
       }
     }
     return true;
@@ -1730,108 +1626,57 @@ class Machine {
   // Runs opcode op_ with its argument a. True at STOP (the tree's root is set).
   [[gnu::always_inline]] bool execute(const Arg& a, SpanReader& r) {
     switch (op_) {
-      case PROTO:
-        check_protocol(a.u);
-        break;
-      case FRAME:
-        break;
+      case PROTO: check_protocol(a.u); break;
+      case FRAME: break;
       case STOP:
         if (stack_.empty()) fail("STOP on an empty stack");
         tree_->root = stack_.back();
         return true;
-      case MARK:
-        mark();
-        break;
-      case POP:
-        pop_one();
-        break;
-      case POP_MARK:
-        stack_.resize(pop_mark());
-        break;
-      case DUP:
-        dup();
-        break;
-      case NONE:
-        push(Value{});
-        break;
+      case MARK: mark(); break;
+      case POP: pop_one(); break;
+      case POP_MARK: stack_.resize(pop_mark()); break;
+      case DUP: dup(); break;
+      case NONE: push(Value{}); break;
       case NEWTRUE:
-      case NEWFALSE:
-        push(make_bool(op_ == NEWTRUE));
-        break;
-      case INT:
-        push(a.is_bool ? make_bool(a.i != 0) : make_int(a.i));
-        break;
+      case NEWFALSE: push(make_bool(op_ == NEWTRUE)); break;
+      case INT: push(a.is_bool ? make_bool(a.i != 0) : make_int(a.i)); break;
       case BININT:
       case BININT1:
       case BININT2:
-      case LONG:
-        push(make_int(a.i));
-        break;
+      case LONG: push(make_int(a.i)); break;
       case LONG1:
-      case LONG4:
-        push(a.is_big ? make_string(Kind::BigInt, a.s) : make_int(a.i));
-        break;
+      case LONG4: push(a.is_big ? make_string(Kind::BigInt, a.s) : make_int(a.i)); break;
       case FLOAT:
-      case BINFLOAT:
-        push(make_float(a.f));
-        break;
+      case BINFLOAT: push(make_float(a.f)); break;
       case SHORT_BINUNICODE:
       case BINUNICODE:
-      case BINUNICODE8:
-        push(make_string(Kind::Str, a.s));
-        break;
+      case BINUNICODE8: push(make_string(Kind::Str, a.s)); break;
       case SHORT_BINBYTES:
       case BINBYTES:
       case BINBYTES8:
-      case BYTEARRAY8:
-        push(make_string(Kind::Bytes, a.s));
-        break;
+      case BYTEARRAY8: push(make_string(Kind::Bytes, a.s)); break;
       case SHORT_BINSTRING:
-      case BINSTRING:
-        push(make_string(Kind::Str, latin1_to_utf8(a.s)));
-        break;
-      case STRING:
-        push_quoted(a.s);
-        break;
-      case UNICODE:
-        push_raw_unicode(a.s);
-        break;
-      case EMPTY_TUPLE:
-        push(empty_tuple());
-        break;
+      case BINSTRING: push(make_string(Kind::Str, latin1_to_utf8(a.s))); break;
+      case STRING: push_quoted(a.s); break;
+      case UNICODE: push_raw_unicode(a.s); break;
+      case EMPTY_TUPLE: push(empty_tuple()); break;
       case TUPLE1:
       case TUPLE2:
-      case TUPLE3:
-        push_small_tuple();
-        break;
-      case TUPLE:
-        push(frozen(Kind::Tuple, pop_mark()));
-        break;
-      case FROZENSET:
-        push(frozen(Kind::Set, pop_mark()));
-        break;
-      case EMPTY_LIST:
-        push(tree_->make_open(Kind::List));
-        break;
-      case EMPTY_DICT:
-        push(tree_->make_open(Kind::Dict));
-        break;
-      case EMPTY_SET:
-        push(tree_->make_open(Kind::Set));
-        break;
+      case TUPLE3: push_small_tuple(); break;
+      case TUPLE: push(frozen(Kind::Tuple, pop_mark())); break;
+      case FROZENSET: push(frozen(Kind::Set, pop_mark())); break;
+      case EMPTY_LIST: push(tree_->make_open(Kind::List)); break;
+      case EMPTY_DICT: push(tree_->make_open(Kind::Dict)); break;
+      case EMPTY_SET: push(tree_->make_open(Kind::Set)); break;
       case LIST:
-      case DICT:
-        push_marked_container();
-        break;
+      case DICT: push_marked_container(); break;
       case APPEND:
         if (stack_.size() < floor() + 2) fail("APPEND needs a list and an item");
         extend(stack_[stack_.size() - 2], stack_.size() - 1, Kind::List);
         break;
       case APPENDS:
       case SETITEMS:
-      case ADDITEMS:
-        extend_marked();
-        break;
+      case ADDITEMS: extend_marked(); break;
       case SETITEM:
         if (stack_.size() < floor() + 3) fail("SETITEM needs a dict, a key and a value");
         extend(stack_[stack_.size() - 3], stack_.size() - 2, Kind::Dict);
@@ -1841,63 +1686,39 @@ class Machine {
         check_text(a.s2);
         push(tree_->make_global(a.s, a.s2));
         break;
-      case STACK_GLOBAL:
-        stack_global();
-        break;
+      case STACK_GLOBAL: stack_global(); break;
       case REDUCE: {
         Value args = settle(pop());
         Value callable = settle(pop());
         push(reduce(callable, args));
         break;
       }
-      case NEWOBJ:
-        newobj();
-        break;
-      case NEWOBJ_EX:
-        newobj_ex();
-        break;
-      case INST:
-        inst(a);
-        break;
-      case OBJ:
-        obj();
-        break;
-      case BUILD:
-        build();
-        break;
-      case PERSID:
-        push(tree_->make_persid(make_string(Kind::Str, a.s)));
-        break;
-      case BINPERSID:
-        push(tree_->make_persid(settle(pop())));
-        break;
+      case NEWOBJ: newobj(); break;
+      case NEWOBJ_EX: newobj_ex(); break;
+      case INST: inst(a); break;
+      case OBJ: obj(); break;
+      case BUILD: build(); break;
+      case PERSID: push(tree_->make_persid(make_string(Kind::Str, a.s))); break;
+      case BINPERSID: push(tree_->make_persid(settle(pop()))); break;
       case BINGET:
       case LONG_BINGET:
         if (opts_.folder && fold_flat_object(a.u, r)) break;
         memo_get(a.u);
         break;
-      case GET:
-        memo_get(a.u);
-        break;
+      case GET: memo_get(a.u); break;
       case PUT:
       case BINPUT:
       case LONG_BINPUT:
         memo_put(a.u);
         memo_len_ = std::max(memo_len_, a.u + 1);
         break;
-      case MEMOIZE:
-        memo_put(memo_len_++);
-        break;
+      case MEMOIZE: memo_put(memo_len_++); break;
       case EXT1:
       case EXT2:
-      case EXT4:
-        push_extension(a.u);
-        break;
+      case EXT4: push_extension(a.u); break;
       case NEXT_BUFFER:
-      case READONLY_BUFFER:
-        unsupported("pickle uses out-of-band buffers (protocol 5 NEXT_BUFFER)");
-      default:
-        fail("unhandled opcode");
+      case READONLY_BUFFER: unsupported("pickle uses out-of-band buffers (protocol 5 NEXT_BUFFER)");
+      default: fail("unhandled opcode");
     }
     return false;
   }

@@ -109,53 +109,30 @@ bool is_real_float(DType d) {
 
 void widen(DType d, const uint8_t* src, size_t n, double* dst) {
   switch (d) {
-    case DType::Float32:
-      return widen_as<float>(src, n, dst);
-    case DType::Float64:
-      std::memcpy(dst, src, n * 8);
-      return;
-    case DType::Float16:
-      return widen_f16(src, n, dst);
-    case DType::BFloat16:
-      return widen_bf16(src, n, dst);
-    case DType::Float8_E4M3FN:
-      return widen_u8_table(src, n, dst, e4m3fn_to_f32);
-    case DType::Float8_E5M2:
-      return widen_u8_table(src, n, dst, e5m2_to_f32);
-    case DType::Float8_E4M3FNUZ:
-      return widen_u8_table(src, n, dst, e4m3fnuz_to_f64);
-    case DType::Float8_E5M2FNUZ:
-      return widen_u8_table(src, n, dst, e5m2fnuz_to_f64);
-    case DType::Float8_E8M0FNU:
-      return widen_u8_table(src, n, dst, e8m0fnu_to_f64);
-    case DType::Int8:
-      return widen_as<int8_t>(src, n, dst);
-    case DType::Int16:
-      return widen_as<int16_t>(src, n, dst);
-    case DType::Int32:
-      return widen_as<int32_t>(src, n, dst);
-    case DType::Int64:
-      return widen_as<int64_t>(src, n, dst);
-    case DType::UInt8:
-      return widen_as<uint8_t>(src, n, dst);
-    case DType::UInt16:
-      return widen_as<uint16_t>(src, n, dst);
-    case DType::UInt32:
-      return widen_as<uint32_t>(src, n, dst);
-    case DType::UInt64:
-      return widen_as<uint64_t>(src, n, dst);
+    case DType::Float32: return widen_as<float>(src, n, dst);
+    case DType::Float64: std::memcpy(dst, src, n * 8); return;
+    case DType::Float16: return widen_f16(src, n, dst);
+    case DType::BFloat16: return widen_bf16(src, n, dst);
+    case DType::Float8_E4M3FN: return widen_u8_table(src, n, dst, e4m3fn_to_f32);
+    case DType::Float8_E5M2: return widen_u8_table(src, n, dst, e5m2_to_f32);
+    case DType::Float8_E4M3FNUZ: return widen_u8_table(src, n, dst, e4m3fnuz_to_f64);
+    case DType::Float8_E5M2FNUZ: return widen_u8_table(src, n, dst, e5m2fnuz_to_f64);
+    case DType::Float8_E8M0FNU: return widen_u8_table(src, n, dst, e8m0fnu_to_f64);
+    case DType::Int8: return widen_as<int8_t>(src, n, dst);
+    case DType::Int16: return widen_as<int16_t>(src, n, dst);
+    case DType::Int32: return widen_as<int32_t>(src, n, dst);
+    case DType::Int64: return widen_as<int64_t>(src, n, dst);
+    case DType::UInt8: return widen_as<uint8_t>(src, n, dst);
+    case DType::UInt16: return widen_as<uint16_t>(src, n, dst);
+    case DType::UInt32: return widen_as<uint32_t>(src, n, dst);
+    case DType::UInt64: return widen_as<uint64_t>(src, n, dst);
     case DType::Bool:
       for (size_t i = 0; i < n; ++i) dst[i] = src[i] ? 1.0 : 0.0;
       return;
-    case DType::Complex32:
-      return widen_u16(src, 2 * n, dst, f16_to_f32);
-    case DType::Complex64:
-      return widen_as<float>(src, 2 * n, dst);
-    case DType::Complex128:
-      std::memcpy(dst, src, n * 16);
-      return;
-    case DType::Float4_E2M1FN_X2:
-      break;
+    case DType::Complex32: return widen_u16(src, 2 * n, dst, f16_to_f32);
+    case DType::Complex64: return widen_as<float>(src, 2 * n, dst);
+    case DType::Complex128: std::memcpy(dst, src, n * 16); return;
+    case DType::Float4_E2M1FN_X2: break;
   }
   for (size_t i = 0; i < n; ++i) dst[i] = std::numeric_limits<double>::quiet_NaN();
 }
@@ -178,10 +155,8 @@ int64_t float_ordinal(DType d, const uint8_t* p) {
       std::memcpy(&u, p, 2);
       return sign_magnitude(u, 16);
     }
-    case DType::Float8_E8M0FNU:
-      return *p;  // unsigned: exponent only
-    default:
-      return sign_magnitude(*p, 8);  // float8 (fnuz: 0x80 is NaN, never measured)
+    case DType::Float8_E8M0FNU: return *p;  // unsigned: exponent only
+    default: return sign_magnitude(*p, 8);  // float8 (fnuz: 0x80 is NaN, never measured)
   }
 }
 

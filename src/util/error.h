@@ -88,16 +88,11 @@ class UsageError : public Error {
 // Throws the class that maps to `code` (an error reported by another process keeps its exit code).
 [[noreturn]] inline void throw_error(ExitCode code, Where where, const std::string& what) {
   switch (code) {
-    case ExitCode::invalid:
-      throw FormatError(std::move(where), what);
-    case ExitCode::io:
-      throw IoError(std::move(where), what);
-    case ExitCode::unsupported:
-      throw UnsupportedError(std::move(where), what);
-    case ExitCode::usage:
-      throw UsageError(std::move(where), what);
-    default:
-      throw Error(std::move(where), what);
+    case ExitCode::invalid: throw FormatError(std::move(where), what);
+    case ExitCode::io: throw IoError(std::move(where), what);
+    case ExitCode::unsupported: throw UnsupportedError(std::move(where), what);
+    case ExitCode::usage: throw UsageError(std::move(where), what);
+    default: throw Error(std::move(where), what);
   }
 }
 

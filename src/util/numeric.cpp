@@ -144,38 +144,22 @@ std::string format_element(DType d, const uint8_t* p) {
     return v;
   };
   switch (d) {
-    case DType::Float32:
-      return fmt_float(load(float{}));
-    case DType::Float64:
-      return fmt_double(load(double{}));
-    case DType::Float16:
-      return fmt_float(f16_to_f32(load(uint16_t{})));
-    case DType::BFloat16:
-      return fmt_float(bf16_to_f32(load(uint16_t{})));
-    case DType::Float8_E4M3FN:
-      return fmt_float(e4m3fn_to_f32(*p));
-    case DType::Float8_E5M2:
-      return fmt_float(e5m2_to_f32(*p));
-    case DType::Float8_E8M0FNU:
-      return *p == 0xFF ? "nan" : fmt_double(std::ldexp(1.0, static_cast<int>(*p) - 127));
-    case DType::Int8:
-      return std::to_string(load(int8_t{}));
-    case DType::Int16:
-      return std::to_string(load(int16_t{}));
-    case DType::Int32:
-      return std::to_string(load(int32_t{}));
-    case DType::Int64:
-      return std::to_string(load(int64_t{}));
-    case DType::UInt8:
-      return std::to_string(load(uint8_t{}));
-    case DType::UInt16:
-      return std::to_string(load(uint16_t{}));
-    case DType::UInt32:
-      return std::to_string(load(uint32_t{}));
-    case DType::UInt64:
-      return std::to_string(load(uint64_t{}));
-    case DType::Bool:
-      return *p ? "True" : "False";
+    case DType::Float32: return fmt_float(load(float{}));
+    case DType::Float64: return fmt_double(load(double{}));
+    case DType::Float16: return fmt_float(f16_to_f32(load(uint16_t{})));
+    case DType::BFloat16: return fmt_float(bf16_to_f32(load(uint16_t{})));
+    case DType::Float8_E4M3FN: return fmt_float(e4m3fn_to_f32(*p));
+    case DType::Float8_E5M2: return fmt_float(e5m2_to_f32(*p));
+    case DType::Float8_E8M0FNU: return *p == 0xFF ? "nan" : fmt_double(std::ldexp(1.0, static_cast<int>(*p) - 127));
+    case DType::Int8: return std::to_string(load(int8_t{}));
+    case DType::Int16: return std::to_string(load(int16_t{}));
+    case DType::Int32: return std::to_string(load(int32_t{}));
+    case DType::Int64: return std::to_string(load(int64_t{}));
+    case DType::UInt8: return std::to_string(load(uint8_t{}));
+    case DType::UInt16: return std::to_string(load(uint16_t{}));
+    case DType::UInt32: return std::to_string(load(uint32_t{}));
+    case DType::UInt64: return std::to_string(load(uint64_t{}));
+    case DType::Bool: return *p ? "True" : "False";
     case DType::Complex64: {
       float re = load(float{}), im;
       std::memcpy(&im, p + 4, 4);
@@ -231,12 +215,9 @@ inline double load_elem(DType d, const uint8_t* p, size_t i) {
       std::memcpy(&h, p + 2 * i, 2);
       return bf16_to_f32(h);
     }
-    case DType::Float8_E4M3FN:
-      return e4m3fn_to_f32(p[i]);
-    case DType::Float8_E5M2:
-      return e5m2_to_f32(p[i]);
-    default:
-      return 0;
+    case DType::Float8_E4M3FN: return e4m3fn_to_f32(p[i]);
+    case DType::Float8_E5M2: return e5m2_to_f32(p[i]);
+    default: return 0;
   }
 }
 
@@ -244,12 +225,8 @@ inline void store_elem(DType d, uint8_t* p, size_t i, double v) {
   // torch converts double to the narrow types through float (c10's constructors take float).
   float f = static_cast<float>(v);
   switch (d) {
-    case DType::Float32:
-      std::memcpy(p + 4 * i, &f, 4);
-      break;
-    case DType::Float64:
-      std::memcpy(p + 8 * i, &v, 8);
-      break;
+    case DType::Float32: std::memcpy(p + 4 * i, &f, 4); break;
+    case DType::Float64: std::memcpy(p + 8 * i, &v, 8); break;
     case DType::Float16: {
       uint16_t h = f32_to_f16(f);
       std::memcpy(p + 2 * i, &h, 2);
@@ -260,14 +237,9 @@ inline void store_elem(DType d, uint8_t* p, size_t i, double v) {
       std::memcpy(p + 2 * i, &h, 2);
       break;
     }
-    case DType::Float8_E4M3FN:
-      p[i] = f32_to_e4m3fn(f);
-      break;
-    case DType::Float8_E5M2:
-      p[i] = f32_to_e5m2(f);
-      break;
-    default:
-      break;
+    case DType::Float8_E4M3FN: p[i] = f32_to_e4m3fn(f); break;
+    case DType::Float8_E5M2: p[i] = f32_to_e5m2(f); break;
+    default: break;
   }
 }
 

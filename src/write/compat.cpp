@@ -174,14 +174,10 @@ void copy_file(const std::string& src, const std::string& dst, uint64_t size) {
 
 const char* link_mode_name(LinkMode m) {
   switch (m) {
-    case LinkMode::Auto:
-      return "auto";
-    case LinkMode::Reflink:
-      return "reflink";
-    case LinkMode::Hard:
-      return "hard";
-    case LinkMode::Copy:
-      return "copy";
+    case LinkMode::Auto: return "auto";
+    case LinkMode::Reflink: return "reflink";
+    case LinkMode::Hard: return "hard";
+    case LinkMode::Copy: return "copy";
   }
   return "?";
 }

@@ -68,15 +68,11 @@ void Executor::rank_file_record(size_t ri, OutputFile& out, WorkerBuffers& scrat
 
 void Executor::write(const Deal& deal, int me, FileSink& files) {
   switch (plan.target.format->writing) {
-    case Writing::AtOffsets:
-      write_at_offsets(deal.tasks, me, deal.lanes, files);
-      break;
+    case Writing::AtOffsets: write_at_offsets(deal.tasks, me, deal.lanes, files); break;
     case Writing::InOrder:
       if (!deal.writer_of.empty() && deal.writer_of[0] == me) write_in_order(deal.tasks, files);
       break;
-    case Writing::RankFiles:
-      write_rank_files(deal.files_of(me), files);
-      break;
+    case Writing::RankFiles: write_rank_files(deal.files_of(me), files); break;
   }
 }
 

@@ -229,8 +229,7 @@ std::string Leftover::reason() const {
     case Owner::OtherHost:
       return what + " on another host or container (process " + std::to_string(pid) + " on " + host + ")" + size +
              "; left alone: this host cannot tell whether it still runs, remove it once it does not";
-    case Owner::Unknown:
-      break;
+    case Owner::Unknown: break;
   }
   return (aside ? "the old " + output + " moved aside" : "the temporary " + output) +
          " of an older dcpctl's run (process " + std::to_string(pid) + "), which did not record its host" + size +
@@ -316,9 +315,7 @@ void clear_dead_uploads(const std::string& output_url, bool dry_run,
     if (tail.find('/') != std::string::npos || !parse_tail(tail, l, start) || l.aside) continue;
     const std::string what = out.with_key(key).url() + ": the record of a dcpctl run writing " + out.url();
     switch (owner_of(l, start)) {
-      case Leftover::Owner::Gone:
-        dead.push_back(out.with_key(key));
-        continue;
+      case Leftover::Owner::Gone: dead.push_back(out.with_key(key)); continue;
       case Leftover::Owner::Live:
         others.push_back(what + ", still running (process " + std::to_string(l.pid) + " on this host)");
         continue;
@@ -326,8 +323,7 @@ void clear_dead_uploads(const std::string& output_url, bool dry_run,
         others.push_back(what + " on another host or container (process " + std::to_string(l.pid) + " on " + l.host +
                          "), which this host cannot tell is gone");
         continue;
-      case Leftover::Owner::Unknown:
-        continue;
+      case Leftover::Owner::Unknown: continue;
     }
   }
   for (const std::string& o : others) say(o + "; left alone");

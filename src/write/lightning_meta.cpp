@@ -224,8 +224,7 @@ struct LightningMeta::Impl {
                       " that is not a torch storage: the VM keeps it as a reference to something outside the pickle, "
                       "which cannot be carried over");
         return;
-      case Kind::Ext:
-        throw refuse(at, "holds a value the pickle VM cannot represent");
+      case Kind::Ext: throw refuse(at, "holds a value the pickle VM cannot represent");
       case Kind::Dict: {
         pickle::Items it = v.items();
         for (uint64_t i = 0; i + 1 < it.size(); i += 2) {
@@ -242,8 +241,7 @@ struct LightningMeta::Impl {
         for (const Value& e : v.items()) check(e, v.is(Kind::Size) ? at : join_key(at, std::to_string(i++)), depth + 1);
         return;
       }
-      default:
-        return;
+      default: return;
     }
   }
 
@@ -343,9 +341,7 @@ void LightningMeta::emit_checkpoint(Pickler& p, const std::function<void(const s
   p.persistent_id = [this](Pickler& q, const Value& pid) { return impl_->emit_pid(q, pid); };
   std::function<void(const TopEntry&)> one = [&](const TopEntry& e) {
     switch (e.kind) {
-      case TopEntry::Dcp:
-        emit_dcp(e.dcp);
-        break;
+      case TopEntry::Dcp: emit_dcp(e.dcp); break;
       case TopEntry::Meta:
         if (!p.value(impl_->values[e.meta])) throw impl_->refuse(e.name, "holds nesting dcpctl cannot re-pickle");
         break;

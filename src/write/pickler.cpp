@@ -225,27 +225,13 @@ bool Pickler::value(const Value& v, int depth) {
     return true;
   };
   switch (v.kind) {
-    case Kind::None:
-      none();
-      return true;
-    case Kind::Bool:
-      boolean(v.as_bool());
-      return true;
-    case Kind::Int:
-      integer(v.as_int());
-      return true;
-    case Kind::BigInt:
-      big_integer(v.as_str());
-      return true;
-    case Kind::Float:
-      floating(v.as_float());
-      return true;
-    case Kind::Str:
-      str(v.as_str(), v.len < 64);
-      return true;
-    case Kind::Bytes:
-      bytes(v.as_str());
-      return true;
+    case Kind::None: none(); return true;
+    case Kind::Bool: boolean(v.as_bool()); return true;
+    case Kind::Int: integer(v.as_int()); return true;
+    case Kind::BigInt: big_integer(v.as_str()); return true;
+    case Kind::Float: floating(v.as_float()); return true;
+    case Kind::Str: str(v.as_str(), v.len < 64); return true;
+    case Kind::Bytes: bytes(v.as_str()); return true;
     case Kind::Tuple: {
       Items it = v.items();
       if (it.size() <= 3) {
@@ -307,9 +293,7 @@ bool Pickler::value(const Value& v, int depth) {
       reduce();
       return true;
     }
-    case Kind::Global:
-      global(v.as_global().module, v.as_global().name);
-      return true;
+    case Kind::Global: global(v.as_global().module, v.as_global().name); return true;
     case Kind::Object: {
       const ObjectNode& o = v.as_object();
       if (!value(o.callable, depth + 1) || !value(o.args, depth + 1)) return false;
@@ -324,8 +308,7 @@ bool Pickler::value(const Value& v, int depth) {
       if (!persistent_id || !persistent_id(*this, v.as_persid())) return false;
       binpersid();
       return true;
-    case Kind::Ext:
-      return false;  // a parser's folded record: no pickle form of its own
+    case Kind::Ext: return false;  // a parser's folded record: no pickle form of its own
   }
   return false;
 }

@@ -219,24 +219,16 @@ std::string mutate(const std::string& in, std::mt19937_64& rng) {
   for (int r = 0; r < rounds && !s.empty(); ++r) {
     size_t at = pick(s.size());
     switch (pick(9)) {
-      case 0:
-        s[at] = static_cast<char>(s[at] ^ (1 << pick(8)));
-        break;
-      case 1:
-        s[at] = static_cast<char>(rng());
-        break;
-      case 2:
-        s[at] = static_cast<char>(kInteresting[pick(5)]);
-        break;
+      case 0: s[at] = static_cast<char>(s[at] ^ (1 << pick(8))); break;
+      case 1: s[at] = static_cast<char>(rng()); break;
+      case 2: s[at] = static_cast<char>(kInteresting[pick(5)]); break;
       case 3: {  // a 1/2/4/8-byte little-endian length or index
         size_t w = size_t{1} << pick(4);
         uint64_t v = kInteresting[pick(std::size(kInteresting))];
         for (size_t k = 0; k < w && at + k < s.size(); ++k) s[at + k] = static_cast<char>(v >> (8 * k));
         break;
       }
-      case 4:
-        s.erase(at, 1 + pick(16));
-        break;
+      case 4: s.erase(at, 1 + pick(16)); break;
       case 5: {
         std::string ins(1 + pick(16), '\0');
         for (auto& c : ins) c = static_cast<char>(rng());
@@ -253,12 +245,8 @@ std::string mutate(const std::string& in, std::mt19937_64& rng) {
           s.replace(at, std::min(n, s.size() - at), piece);
         break;
       }
-      case 7:
-        s[at] = static_cast<char>(kOpcodes[pick(std::size(kOpcodes))]);
-        break;
-      case 8:
-        s.resize(at);
-        break;
+      case 7: s[at] = static_cast<char>(kOpcodes[pick(std::size(kOpcodes))]); break;
+      case 8: s.resize(at); break;
     }
   }
   return s;

@@ -39,9 +39,7 @@ Node gen(FuzzedDataProvider& in, int depth, int& budget);
 Node gen_leaf(FuzzedDataProvider& in) {
   Node n;
   switch (in.ConsumeIntegralInRange<int>(0, 7)) {
-    case 0:
-      n.kind = Kind::None;
-      break;
+    case 0: n.kind = Kind::None; break;
     case 1:
       n.kind = Kind::Bool;
       n.b = in.ConsumeBool();
@@ -102,24 +100,12 @@ Node gen(FuzzedDataProvider& in, int depth, int& budget) {
   int kind = in.ConsumeIntegralInRange<int>(0, 5);
   size_t count = in.ConsumeIntegralInRange<size_t>(0, in.ConsumeBool() ? 5 : 1200);
   switch (kind) {
-    case 0:
-      n.kind = Kind::Tuple;
-      break;
-    case 1:
-      n.kind = Kind::List;
-      break;
-    case 2:
-      n.kind = Kind::Dict;
-      break;
-    case 3:
-      n.kind = Kind::Set;
-      break;
-    case 4:
-      n.kind = Kind::Size;
-      break;
-    default:
-      n.kind = Kind::Object;
-      break;
+    case 0: n.kind = Kind::Tuple; break;
+    case 1: n.kind = Kind::List; break;
+    case 2: n.kind = Kind::Dict; break;
+    case 3: n.kind = Kind::Set; break;
+    case 4: n.kind = Kind::Size; break;
+    default: n.kind = Kind::Object; break;
   }
   if (n.kind == Kind::Object) {
     Node callable;
@@ -155,33 +141,19 @@ Node gen(FuzzedDataProvider& in, int depth, int& budget) {
 
 void write(Pickler& p, const Node& n) {
   switch (n.kind) {
-    case Kind::None:
-      p.none();
-      return;
-    case Kind::Bool:
-      p.boolean(n.b);
-      return;
-    case Kind::Int:
-      p.integer(n.i);
-      return;
-    case Kind::BigInt:
-      p.big_integer(n.s);
-      return;
+    case Kind::None: p.none(); return;
+    case Kind::Bool: p.boolean(n.b); return;
+    case Kind::Int: p.integer(n.i); return;
+    case Kind::BigInt: p.big_integer(n.s); return;
     case Kind::Float: {
       double d;
       std::memcpy(&d, &n.f, 8);
       p.floating(d);
       return;
     }
-    case Kind::Str:
-      p.str(n.s, n.memo);
-      return;
-    case Kind::Bytes:
-      p.bytes(n.s);
-      return;
-    case Kind::Global:
-      p.global(n.module, n.s);
-      return;
+    case Kind::Str: p.str(n.s, n.memo); return;
+    case Kind::Bytes: p.bytes(n.s); return;
+    case Kind::Global: p.global(n.module, n.s); return;
     case Kind::Tuple:
       if (n.items.size() <= 3) {
         for (const Node& c : n.items) write(p, c);
@@ -245,8 +217,7 @@ void write(Pickler& p, const Node& n) {
         p.build();
       }
       return;
-    default:
-      std::abort();
+    default: std::abort();
   }
 }
 
@@ -258,8 +229,7 @@ void same(const Node& n, const Value& v) {
   }
   if (v.kind != n.kind) std::abort();
   switch (n.kind) {
-    case Kind::None:
-      return;
+    case Kind::None: return;
     case Kind::Bool:
       if (v.as_bool() != n.b) std::abort();
       return;

@@ -314,15 +314,9 @@ TEST_CASE("byte templates: random mutations of real torch files and a DCP-shaped
     for (int e = 0; e < edits; ++e) {
       size_t at = rng() % m.size();
       switch (rng() % 3) {
-        case 0:
-          m[at] = static_cast<char>(ops[rng() % sizeof ops]);
-          break;
-        case 1:
-          m[at] = static_cast<char>(rng());
-          break;
-        default:
-          m[at] = static_cast<char>(m[at] + (rng() % 2 ? 1 : -1));
-          break;
+        case 0: m[at] = static_cast<char>(ops[rng() % sizeof ops]); break;
+        case 1: m[at] = static_cast<char>(rng()); break;
+        default: m[at] = static_cast<char>(m[at] + (rng() % 2 ? 1 : -1)); break;
       }
     }
     std::string with = outcome_of(m, true), without = outcome_of(m, false);

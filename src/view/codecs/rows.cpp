@@ -137,10 +137,8 @@ float float_at(const std::vector<uint8_t>& bytes, DType d, int64_t i) {
       std::memcpy(&h, p + i * 2, 2);
       return f16_to_f32(h);
     }
-    case DType::Float8_E4M3FN:
-      return e4m3fn_to_f32(p[i]);
-    default:
-      throw std::logic_error("float_at: not a float dtype");
+    case DType::Float8_E4M3FN: return e4m3fn_to_f32(p[i]);
+    default: throw std::logic_error("float_at: not a float dtype");
   }
 }
 

@@ -146,12 +146,9 @@ class MapBuilder {
   Kind kind_of(const KeyMap::Rule& r) const {
     if (r.side[to_].empty()) return &MapBuilder::drop;
     switch (r.shape) {
-      case RuleShape::Experts:
-        return stacked_is_from(r) ? &MapBuilder::unstack : &MapBuilder::stack;
-      case RuleShape::Concat:
-        return r.list[to_] ? &MapBuilder::split : &MapBuilder::join;
-      case RuleShape::OneToOne:
-        break;
+      case RuleShape::Experts: return stacked_is_from(r) ? &MapBuilder::unstack : &MapBuilder::stack;
+      case RuleShape::Concat: return r.list[to_] ? &MapBuilder::split : &MapBuilder::join;
+      case RuleShape::OneToOne: break;
     }
     return &MapBuilder::rename;
   }

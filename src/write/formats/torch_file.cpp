@@ -66,9 +66,7 @@ void insert_path(PNode& root, const std::vector<PathElem>& path, PNode::Kind lea
 void emit(Pickler& p, const PNode& n, const std::vector<PlannedTensor>& tensors,
           const std::vector<std::unique_ptr<pickle::Tree>>& values) {
   switch (n.kind) {
-    case PNode::Empty:
-      p.none();
-      break;
+    case PNode::Empty: p.none(); break;
     case PNode::Dict:
       p.empty_dict();
       if (!n.dict.empty()) {
@@ -93,9 +91,7 @@ void emit(Pickler& p, const PNode& n, const std::vector<PlannedTensor>& tensors,
       pickle_tensor(p, t.dst, t.t->shape, std::to_string(n.leaf));
       break;
     }
-    case PNode::Value:
-      p.value(values[n.leaf]->root);
-      break;
+    case PNode::Value: p.value(values[n.leaf]->root); break;
   }
 }
 
