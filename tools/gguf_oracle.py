@@ -257,10 +257,8 @@ def convert(hf, outfile, args=(), env=None, python_args=()):
                 shutil.copyfile(f, outfile.parent / f.name)
         return subprocess.CompletedProcess(["convert_hf_to_gguf.py (kept)"], 0, "", "")
     before = set(outfile.parent.iterdir())
-    r = subprocess.run([sys.executable, *map(str, python_args), str(fetch() / "convert_hf_to_gguf.py"), str(hf),
-                        "--outfile", str(outfile),
-                        *map(str, args)], capture_output=True, text=True,
-                       env=env or dict(os.environ, PYTHONPATH=str(fetch() / "gguf-py")))
+    argv = [str(fetch() / "convert_hf_to_gguf.py"), str(hf), "--outfile", str(outfile), *map(str, args)]
+    r = _converter().run([str(a) for a in python_args], argv, env or dict(os.environ, PYTHONPATH=str(fetch() / "gguf-py")))
     if r.returncode == 0:
         tmp = kept.with_name(f"{kept.name}.tmp{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
@@ -273,6 +271,109 @@ def convert(hf, outfile, args=(), env=None, python_args=()):
         except OSError:  # another run kept it first
             shutil.rmtree(tmp, ignore_errors=True)
     return r
+
+
+class _ConverterServer:
+    """The converter's runs forked from one process that imported it (and torch, transformers,
+    sentencepiece, gguf-py: 3 to 4 s of CPU a run, most of a tiny model's conversion). `serve` below
+    imports them, then forks a child per request that runs the script as `python PYTHON_ARGS
+    SCRIPT ARGS` would (a `-c` program, or the script as __main__) with the request's environment,
+    its stdout and stderr in files: each run starts from the same imported, unrun state, as a new
+    process does. A request whose PYTHONPATH is not the server's runs as a subprocess of its own."""
+
+    def __init__(self):
+        self.proc = None
+        self.path = str(fetch() / "gguf-py")
+
+    def close(self):
+        """Ends the server (its stdin closed, it exits) and waits for it."""
+        if self.proc is not None:
+            self.proc.stdin.close()
+            self.proc.wait()
+            self.proc = None
+
+    def run(self, python_args, argv, env):
+        if env.get("PYTHONPATH") != self.path:
+            return subprocess.run([sys.executable, *python_args, *argv], capture_output=True, text=True, env=env)
+        import tempfile
+        if self.proc is None or self.proc.poll() is not None:
+            import atexit
+            self.proc = subprocess.Popen([sys.executable, __file__, "serve"], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, text=True,
+                                         env=dict(os.environ, PYTHONPATH=self.path))
+            atexit.register(self.close)
+        with tempfile.TemporaryDirectory() as d:
+            out, err = Path(d) / "stdout", Path(d) / "stderr"
+            self.proc.stdin.write(json.dumps({"python_args": python_args, "argv": argv, "env": env,
+                                              "stdout": str(out), "stderr": str(err)}) + "\n")
+            self.proc.stdin.flush()
+            line = self.proc.stdout.readline()
+            if not line:
+                raise RuntimeError("gguf_oracle: the converter's server died (no answer)")
+            rc = json.loads(line)["rc"]
+            return subprocess.CompletedProcess(["convert_hf_to_gguf.py", *argv[1:]], rc, out.read_text(errors="replace"),
+                                               err.read_text(errors="replace"))
+
+
+_SERVER = []
+
+
+def _converter():
+    if not _SERVER:
+        _SERVER.append(_ConverterServer())
+    return _SERVER[0]
+
+
+def serve():
+    """The server's side of _ConverterServer: requests as JSON lines on stdin, {"rc": N} answered."""
+    import importlib.util
+    import runpy
+    script = fetch() / "convert_hf_to_gguf.py"
+    sys.path.insert(0, str(script.parent))
+    sys.argv = [str(script)]
+    spec = importlib.util.spec_from_file_location("_converter_preload", script)
+    spec.loader.exec_module(importlib.util.module_from_spec(spec))  # its imports; main() is not run
+    import transformers  # noqa: F401  (what the vocabulary paths import on first use)
+    import sentencepiece  # noqa: F401
+    for line in sys.stdin:
+        req = json.loads(line)
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                for fd, name in ((1, "stdout"), (2, "stderr")):
+                    f = os.open(req[name], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                    os.dup2(f, fd)
+                    os.close(f)
+                os.environ.clear()
+                os.environ.update(req["env"])
+                code = _serve_one(req["python_args"], req["argv"], runpy)
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+                if not isinstance(e.code, (int, type(None))):
+                    print(e.code, file=sys.stderr)
+            except BaseException:  # noqa: BLE001  (as the interpreter would: the traceback, exit 1)
+                import traceback
+                traceback.print_exc()
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        rc = os.waitstatus_to_exitcode(status)
+        print(json.dumps({"rc": rc}), flush=True)
+
+
+def _serve_one(python_args, argv, runpy):
+    if python_args[:1] == ["-c"] and len(python_args) == 2:
+        sys.argv = ["-c", *argv]
+        exec(compile(python_args[1], "<string>", "exec"), {"__name__": "__main__"})
+    elif not python_args:
+        sys.argv = list(argv)
+        runpy.run_path(argv[0], run_name="__main__")
+    else:
+        raise SystemExit(f"gguf_oracle serve: python arguments {python_args} not understood")
+    return 0
 
 
 def converter_digests(name):
@@ -561,6 +662,8 @@ def main(argv):
         print(tokenizer(argv[1], argv[2]))
     elif argv[:1] == ["tokenizer"] and len(argv) == 3 and argv[1] in SPM:
         print(f"{argv[1]}: tokenizer.model, {spm_tokenizer(argv[1], argv[2])} texts tokenized as llama.cpp's tests say")
+    elif argv[:1] == ["serve"] and len(argv) == 1:  # _ConverterServer's process
+        serve()
     elif argv[:1] == ["build"] and len(argv) == 1:
         print(build())
     elif argv[:1] == ["check"] and len(argv) == 1:
