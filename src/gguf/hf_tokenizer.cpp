@@ -1,6 +1,7 @@
 // The tokenizer transformers loads (gguf/hf_tokenizer.h).
 #include "gguf/hf_tokenizer.h"
 
+#include <algorithm>
 #include <map>
 #include <optional>
 
@@ -78,6 +79,17 @@ std::string resolved_class(const std::string& name, const std::string& where) {
   return *c;
 }
 
+// Whether `s` is one of j's strings, a key or a value, at any depth (as `"s"` in j.dump(), without
+// writing out a vocabulary of megabytes).
+bool has_string(const json& j, const std::string& s) {
+  if (j.is_string()) return j.get_ref<const std::string&>() == s;
+  if (j.is_array()) return std::any_of(j.begin(), j.end(), [&](const json& x) { return has_string(x, s); });
+  if (!j.is_object()) return false;
+  for (const auto& [k, v] : j.items())
+    if (k == s || has_string(v, s)) return true;
+  return false;
+}
+
 std::string loaded_class(const json& tok, const json& tconf, const json& config, const std::string& where) {
   if (tconf.is_object() && tconf.contains("auto_map"))
     refuse_loaded(where, "tokenizer_config.json's auto_map (remote code)");
@@ -95,8 +107,7 @@ std::string loaded_class(const json& tok, const json& tconf, const json& config,
   };
   const std::string tc_class = str(tconf, "tokenizer_class"), cfg_class = str(config, "tokenizer_class");
   const std::string hub = !tc_class.empty() ? tc_class : cfg_class;
-  if (!hub.empty() && strip_fast(hub) == "LlamaTokenizer" && !incorrect_hub &&
-      tok.dump().find("\"ByteLevel\"") != std::string::npos)
+  if (!hub.empty() && strip_fast(hub) == "LlamaTokenizer" && !incorrect_hub && has_string(tok, "ByteLevel"))
     return kBackendClass;
   if (!hub.empty() && !reg.empty() && strip_fast(reg) != strip_fast(hub)) {
     if (!is_backend_class(reg)) {
@@ -158,7 +169,8 @@ LoadedTokenizer as_transformers_loads(const json& tok, const json& tconf, const 
   if (!tok.is_object()) refuse_loaded(where, "no tokenizer.json object");
   LoadedTokenizer t;
   t.cls = loaded_class(tok, tconf, config, where);
-  const json& model = tok.value("model", json());
+  static const json kNone;
+  const json& model = tok.contains("model") ? tok.at("model") : kNone;
   if (model.value("type", "") != "BPE") refuse_loaded(where, "a model other than BPE");
   const bool prefix = tconf.is_object() && tconf.value("add_prefix_space", json()).is_boolean() &&
                       tconf["add_prefix_space"].get<bool>();
@@ -201,14 +213,12 @@ LoadedTokenizer as_transformers_loads(const json& tok, const json& tconf, const 
 
   // The added tokens, split out of a text before the model: tokenizer.json's (the class keeps them,
   // or adds them again from tokenizer_config.json), tokenizer_config.json's and the special tokens.
-  std::map<std::string, int64_t> ids;  // tokenizer.json's ids: the vocabulary's, then its added tokens'
-  if (model.contains("vocab") && model["vocab"].is_object())
-    for (const auto& [k, v] : model["vocab"].items())
-      if (v.is_number_integer()) ids[k] = v.get<int64_t>();
+  std::map<std::string, int64_t> added_ids;  // tokenizer.json's added tokens' ids (over the vocabulary's)
   for (const json& a : tok.value("added_tokens", json::array()))
     if (a.is_object() && a.value("content", json()).is_string()) {
       t.added.push_back(a["content"].get<std::string>());
-      if (a.value("id", json()).is_number_integer()) ids[a["content"].get<std::string>()] = a["id"].get<int64_t>();
+      if (a.value("id", json()).is_number_integer())
+        added_ids[a["content"].get<std::string>()] = a["id"].get<int64_t>();
     }
   if (tconf.is_object() && tconf.value("added_tokens_decoder", json()).is_object())
     for (const auto& [k, v] : tconf["added_tokens_decoder"].items())
@@ -229,11 +239,12 @@ LoadedTokenizer as_transformers_loads(const json& tok, const json& tconf, const 
       refuse_loaded(where, std::string("tokenizer_config.json's ") + key + " that is not a boolean");
     return v.is_boolean() && v.get<bool>();
   };
-  auto id_of = [&](const std::optional<std::string>& s, const char* what) {
-    auto it = ids.find(*s);
-    if (it == ids.end())
-      refuse_loaded(where, std::string(what) + " '" + *s + "' is not one of tokenizer.json's tokens");
-    return it->second;
+  auto id_of = [&](const std::optional<std::string>& s, const char* what) -> int64_t {
+    if (auto it = added_ids.find(*s); it != added_ids.end()) return it->second;
+    const json& vocab = model.contains("vocab") ? model.at("vocab") : kNone;
+    if (auto it = vocab.is_object() ? vocab.find(*s) : vocab.end(); it != vocab.end() && it->is_number_integer())
+      return it->get<int64_t>();
+    refuse_loaded(where, std::string(what) + " '" + *s + "' is not one of tokenizer.json's tokens");
   };
   bos = config_token(tconf, "bos_token", bos), eos = config_token(tconf, "eos_token", eos);
   if (flag("add_bos_token") && bos) t.before.push_back(id_of(bos, "bos_token"));

@@ -3,6 +3,8 @@
 
 #include <map>
 #include <stdexcept>
+#include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -26,6 +28,13 @@ const char* const kCheckText =
 // clang-format on
 
 namespace {
+
+struct PairHash {
+  size_t operator()(const std::pair<std::string_view, std::string_view>& p) const noexcept {
+    const size_t a = std::hash<std::string_view>{}(p.first), b = std::hash<std::string_view>{}(p.second);
+    return a ^ (b + 0x9e3779b97f4a7c15ULL + (a << 6) + (a >> 2));
+  }
+};
 
 [[noreturn]] void refuse_digest(const std::string& where, const std::string& what) {
   throw UnsupportedError(
@@ -64,21 +73,28 @@ std::string pre_digest(const json& tok, const json& tconf, const json& config, c
     if (!a.empty() && (raw.find(a) != std::string::npos || text.find(a) != std::string::npos))
       refuse_digest(where, "an added token found in the check text ('" + a + "')");
 
-  std::map<std::string, int64_t> vocab;
-  for (const auto& [k, v] : model.at("vocab").items()) vocab[k] = v.get<int64_t>();
-  std::map<std::pair<std::string, std::string>, size_t> rank;
+  // The vocabulary and the merges' ranks, keyed by views of tokenizer.json's own strings (which
+  // outlive them): a real vocabulary is 150,000 to 260,000 tokens and merges, read once each.
+  std::unordered_map<std::string_view, int64_t> vocab;
+  const json& vj = model.at("vocab");
+  if (!vj.is_object()) refuse_digest(where, "a vocabulary that is not a JSON object");
+  vocab.reserve(vj.size());
+  for (const auto& [k, v] : vj.items()) vocab[k] = v.get<int64_t>();
+  std::unordered_map<std::pair<std::string_view, std::string_view>, size_t, PairHash> rank;
+  const json& merges = model.at("merges");
+  rank.reserve(merges.size());
   size_t r = 0;
-  for (const json& m : model.at("merges")) {
-    std::pair<std::string, std::string> p;
+  for (const json& m : merges) {
+    std::pair<std::string_view, std::string_view> p;
     if (m.is_array()) {
-      p = {m.at(0).get<std::string>(), m.at(1).get<std::string>()};
+      p = {m.at(0).get_ref<const std::string&>(), m.at(1).get_ref<const std::string&>()};
     } else {
-      const std::string s = m.get<std::string>();
+      const std::string_view s = m.get_ref<const std::string&>();
       const size_t sp = s.find(' ');
       if (sp == std::string::npos) refuse_digest(where, "a merge without a space");
       p = {s.substr(0, sp), s.substr(sp + 1)};
     }
-    rank.emplace(std::move(p), r++);
+    rank.emplace(p, r++);
   }
 
   std::vector<int64_t> ids = loaded.before;
@@ -87,14 +103,14 @@ std::string pre_digest(const json& tok, const json& tconf, const json& config, c
     for (unsigned char b : piece) sym.push_back(byte_chars()[b]);
     std::string whole;
     for (const std::string& s : sym) whole += s;
-    if (loaded.ignore_merges && vocab.count(whole)) {
-      ids.push_back(vocab[whole]);
+    if (auto it = vocab.find(whole); loaded.ignore_merges && it != vocab.end()) {
+      ids.push_back(it->second);
       continue;
     }
     for (;;) {
       size_t best = SIZE_MAX, at = 0;
       for (size_t k = 0; k + 1 < sym.size(); ++k) {
-        auto it = rank.find({sym[k], sym[k + 1]});
+        auto it = rank.find({std::string_view(sym[k]), std::string_view(sym[k + 1])});
         if (it != rank.end() && it->second < best) best = it->second, at = k;
       }
       if (best == SIZE_MAX) break;
