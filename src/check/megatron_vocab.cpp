@@ -6,6 +6,7 @@
 
 #include "check/megatron_args.h"
 #include "meta/checkpoint.h"
+#include "store/file.h"
 #include "util/error.h"
 #include "view/maps/keymap.h"
 #include "write/run.h"

@@ -24,10 +24,8 @@
 
 #include <algorithm>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <numeric>
-#include <sstream>
 #include <stdexcept>
 
 #include "gguf/format.h"
@@ -43,6 +41,7 @@
 #include "meta/derived.h"
 #include "meta/pieces.h"
 #include "plan/memory.h"
+#include "store/file.h"
 #include "util/numeric.h"
 #include "util/parallel.h"
 #include "view/kernels.h"
@@ -57,12 +56,10 @@ namespace {
 
 using nlohmann::json;
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw IoError(Where(path), "cannot read");
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
+// The model's own files beside the weights (config.json, tokenizer.json, tokenizer.model, ...),
+// read whole: the largest released tokenizer.json is about 35 MB (Gemma 3's 262,144 tokens).
+std::string read_asset(const std::string& path) {
+  return read_text(path, 256u << 20, "a model's config or tokenizer file");
 }
 
 json parse(const std::string& text, const std::string& path) {
@@ -176,13 +173,13 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
     Assets assets = find_assets(request.ck, o_.assets_from, &request.model.config());
     std::string tokenizer_config, jinja;
     for (const Asset& a : assets.files) {
-      if (a.name == "config.json") config_ = parse(a.text ? *a.text : read_text(a.source), a.source);
-      if (a.name == "tokenizer.json") tokenizer_ = parse(read_text(a.source), a.source);
-      if (a.name == "tokenizer_config.json") tokenizer_config_ = parse(read_text(a.source), a.source);
-      if (a.name == "chat_template.jinja") jinja_ = read_text(a.source);
-      if (a.name == "tiktoken.model") tiktoken_ = read_text(a.source);
-      if (a.name == "tokenizer.model") spm_model_ = read_text(a.source), spm_path_ = a.source;
-      if (a.name == "added_tokens.json") added_tokens_ = parse(read_text(a.source), a.source);
+      if (a.name == "config.json") config_ = parse(a.text ? *a.text : read_asset(a.source), a.source);
+      if (a.name == "tokenizer.json") tokenizer_ = parse(read_asset(a.source), a.source);
+      if (a.name == "tokenizer_config.json") tokenizer_config_ = parse(read_asset(a.source), a.source);
+      if (a.name == "chat_template.jinja") jinja_ = read_asset(a.source);
+      if (a.name == "tiktoken.model") tiktoken_ = read_asset(a.source);
+      if (a.name == "tokenizer.model") spm_model_ = read_asset(a.source), spm_path_ = a.source;
+      if (a.name == "added_tokens.json") added_tokens_ = parse(read_asset(a.source), a.source);
     }
     std::string where = assets.searched.empty() ? o_.output : assets.searched.front();
     if (!config_.is_null()) arch_ = gguf::arch_of(config_, where);

@@ -421,6 +421,13 @@ void ReadFile::read_remote(uint64_t offset, void* buf, size_t n, uint64_t lo, ui
   }
 }
 
+std::string read_text(const std::string& path, uint64_t limit, const std::string& kind) {
+  ReadFile f(path);
+  if (f.size() > limit)
+    throw UsageError(Where(path), "larger than " + std::to_string(limit >> 20) + " MiB: not " + kind);
+  return f.read_all();
+}
+
 std::string ReadFile::read_all() const {
   std::string text(size_, '\0');
   read_at(0, text.data(), text.size());

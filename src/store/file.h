@@ -137,6 +137,13 @@ class ReadFile {
   std::unique_ptr<CrcLedger> ledger_ = std::make_unique<CrcLedger>();
 };
 
+// A small text file read whole (a key map, a config.json, an adapter_config.json, a tokenizer's
+// files), local or remote: UsageError naming the file when it is larger than `limit` bytes, which
+// a file of its kind (`kind`: "a key map or config") never is.
+constexpr uint64_t kTextLimit = 64u << 20;
+std::string read_text(const std::string& path, uint64_t limit = kTextLimit,
+                      const std::string& kind = "a key map or config");
+
 // Reads of s3:// objects (ReadFile::read_at): the block a small read fetches, and the cache of them.
 constexpr uint64_t kRemoteBlock = 256 << 10;
 constexpr uint64_t kRemoteWholeItem = 8 << 20;  // a window this small is fetched whole on its first read

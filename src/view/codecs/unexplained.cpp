@@ -8,7 +8,6 @@
 #include "store/file.h"
 #include "util/error.h"
 #include "view/codecs/quantized.h"
-#include "view/maps/keymap.h"
 
 namespace dcpctl {
 

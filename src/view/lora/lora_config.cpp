@@ -5,7 +5,6 @@
 #include "meta/checkpoint.h"
 #include "store/file.h"
 #include "util/error.h"
-#include "view/maps/keymap.h"  // read_text
 
 namespace dcpctl {
 

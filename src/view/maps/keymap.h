@@ -178,9 +178,6 @@ struct MapConfig {
 
 // A map's config.json is the model's (view/model_config.h's map()), read by build_model().
 
-// A small text file (a key map, a config.json, an adapter_config.json): UsageError over 64 MiB.
-std::string read_text(const std::string& path);
-
 // MapPart and MappedTensor, an output tensor made of boxes of saved ones: meta/pieces.h.
 
 // Whether `mt` is one whole saved tensor under a new name (no rows reordered, no dimension
