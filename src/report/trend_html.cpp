@@ -92,7 +92,7 @@ struct Heat {
 void heatmap(std::ostream& out, const Heat& h, const std::vector<std::string>& cols) {
   const int cw = std::max(6, std::min(40, 700 / static_cast<int>(std::max<size_t>(1, cols.size())))), ch = 14,
             left = 230, top = 30, bottom = 80;
-  const int w = left + cw * static_cast<int>(cols.size()) + 20,
+  const int w = std::max(left + cw * static_cast<int>(cols.size()) + 20, left + 560),
             hgt = top + ch * static_cast<int>(h.rows.size()) + bottom;
   out << "<h2 id=\"" << h.id << "\">" << esc(h.title) << "</h2>\n<svg class=\"plot heatmap\" data-series=\""
       << h.rows.size() << "\" width=\"" << w << "\" height=\"" << hgt << "\" viewBox=\"0 0 " << w << ' ' << hgt
@@ -311,6 +311,12 @@ void summary(std::ostream& out, const json& j) {
         << esc(a["key"].get<std::string>()) << " (layer group " << esc(a["group"].get<std::string>()) << ") at step "
         << esc(a["name"].get<std::string>()) << ".</p>\n";
   }
+  for (const auto& a : j["anomalies"])
+    if (a["anomaly"] == "nan" || a["anomaly"] == "inf") {
+      out << "<p class=\"bad\">First " << (a["anomaly"] == "nan" ? "NaN" : "Inf") << ": "
+          << esc(a["key"].get<std::string>()) << " at step " << esc(a["name"].get<std::string>()) << ".</p>\n";
+      break;
+    }
 }
 
 }  // namespace
