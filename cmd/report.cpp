@@ -173,9 +173,10 @@ int run_report(const ReportCliOptions& o) {
   if (show) std::fprintf(stderr, "\n");
   json j = trend_json(r, ro);
   if (!o.html.empty()) write_html(o.html, trend_html(j), o.force);
-  if (o.json)
+  if (o.json) {
+    add_s3_transfer(j);
     std::cout << j.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
-  else if (!o.quiet)
+  } else if (!o.quiet)
     print_text(j);
   size_t shown = 0;
   for (const auto& f : j["gates"]["failures"])

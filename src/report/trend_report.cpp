@@ -129,6 +129,12 @@ json series_json(const std::vector<Sums>& steps) {
   return j;
 }
 
+json dtypes_json(const TensorTrend& t) {
+  json out = json::array();
+  for (const TensorAtStep& a : t.steps) out.push_back(a.present ? json(a.dtype) : json(nullptr));
+  return out;
+}
+
 json step_ref(const RunTrend& r, size_t j) {
   const TrendStep& s = r.steps[j];
   return {{"step_index", j}, {"step", s.step ? json(*s.step) : json(nullptr)}, {"name", s.name}};
@@ -363,6 +369,7 @@ json trend_json(const RunTrend& r, const TrendReportOptions& o) {
                             {"role", role_name(t.role)},
                             {"group", group},
                             {"shape", t.shape},
+                            {"dtype", dtypes_json(t)},
                             {"series", series_json(sums.back())}});
     if (t.role == TensorRole::Weight) {
       by_layer.add_tensor(group, sums.back());

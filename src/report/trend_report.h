@@ -8,7 +8,8 @@
 //  "steps": [{"index", "name", "path", "step" (int|null), "reads": passes that read it}],
 //  "skipped_steps": [{"name", "path", "why"}],                    incomplete checkpoints of the run
 //  "thresholds": {"update_ratio", "norm_growth", "second_moment_drop"},    what an anomaly is
-//  "tensors": [{"key", "param", "kind", "role", "group", "shape", "series": series}],
+//  "tensors": [{"key", "param", "kind", "role", "group", "shape" (at the last step holding it),
+//               "dtype": [per step], "series": series}],
 //  "skipped": [{"key", "dtype", "reason"}],                       not floating, or not decoded
 //  "groups": {"layer": [{"name", "tensors", "series": series}], "kind": [...]}   model weights
 //  "optimizer": {"layer": [{"name", "params", "exp_avg_rms": [..], "exp_avg_sq_rms": [..],
