@@ -53,7 +53,7 @@ std::vector<TrendStep> steps_of(const ReportCliOptions& o, TrendReportOptions& r
     ro.run = rf.dir;
     for (const RunEntry& e : rf.entries) {
       if (e.complete)
-        steps.push_back({e.name, e.model_path, e.step});
+        steps.push_back({e.name, e.model_path, e.step, e.metadata_bytes});
       else
         ro.skipped_steps.emplace_back(e.path, e.why_incomplete);
     }
@@ -62,7 +62,7 @@ std::vector<TrendStep> steps_of(const ReportCliOptions& o, TrendReportOptions& r
   }
   for (const std::string& p : o.inputs) {
     std::string name = base_name(p);
-    steps.push_back({name, p, trailing_number(name)});
+    steps.push_back({name, p, trailing_number(name), 0});
   }
   return steps;
 }
@@ -156,6 +156,7 @@ int run_report(const ReportCliOptions& o) {
   TrendReportOptions ro;
   ro.depth = o.depth;
   ro.top = o.top;
+  ro.tensors = o.json;
   ro.update_ratio = o.update_ratio;
   ro.norm_growth = o.norm_growth;
   for (const auto& c : o.fail_on) parse_fail_on(c, ro.gates);

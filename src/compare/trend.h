@@ -37,6 +37,7 @@ namespace dcpctl {
 struct TrendStep {
   std::string name, path;       // path: the checkpoint directory read
   std::optional<int64_t> step;  // the trainer's step number, when its name says
+  uint64_t metadata_bytes = 0;  // its metadata's size, when known (a run folder's judged entry)
 };
 
 // What a tensor is, from its name (trend.cpp: classify_key).
@@ -74,7 +75,9 @@ struct TrendOptions {
   unsigned threads = 4;
   uint64_t max_memory = 1ull << 30;
   uint64_t window_bytes = 8ull << 20;  // the most a window of one step holds
-  size_t steps_per_pass = 0;           // 0: as many as the budget allows (at least 3)
+  // 0: as many as the budget allows (at least 3): half of --max-memory for the windows (1 MiB a
+  // step a thread), half for the steps' parsed metadata (kMetadataFactor times its size).
+  size_t steps_per_pass = 0;
   // progress(pass, passes, bytes done, bytes of the pass)
   std::function<void(size_t, size_t, uint64_t, uint64_t)> progress;
 };

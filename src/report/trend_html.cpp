@@ -299,7 +299,7 @@ const char* kStyle =
 
 void summary(std::ostream& out, const json& j) {
   out << "<h1>dcpctl report" << (j["run"].is_null() ? "" : ": " + esc(j["run"].get<std::string>())) << "</h1>\n<p>"
-      << j["steps"].size() << " steps, " << j["tensors"].size() << " tensors, " << j["anomalies"].size()
+      << j["steps"].size() << " steps, " << j["groups"]["layer"].size() << " layer groups, " << j["anomalies"].size()
       << " anomalies";
   if (!j["gates"]["conditions"].empty())
     out << "; gates "

@@ -363,14 +363,15 @@ json trend_json(const RunTrend& r, const TrendReportOptions& o) {
   for (const TensorTrend& t : r.tensors) {
     sums.push_back(tensor_sums(t));
     std::string group = layer_group(t.param, o.depth);
-    j["tensors"].push_back({{"key", t.key},
-                            {"param", t.param},
-                            {"kind", kind_name(t.kind)},
-                            {"role", role_name(t.role)},
-                            {"group", group},
-                            {"shape", t.shape},
-                            {"dtype", dtypes_json(t)},
-                            {"series", series_json(sums.back())}});
+    if (o.tensors)
+      j["tensors"].push_back({{"key", t.key},
+                              {"param", t.param},
+                              {"kind", kind_name(t.kind)},
+                              {"role", role_name(t.role)},
+                              {"group", group},
+                              {"shape", t.shape},
+                              {"dtype", dtypes_json(t)},
+                              {"series", series_json(sums.back())}});
     if (t.role == TensorRole::Weight) {
       by_layer.add_tensor(group, sums.back());
       by_kind.add_tensor(kind_name(t.kind), sums.back());

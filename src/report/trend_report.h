@@ -66,6 +66,9 @@ struct TrendReportOptions {
   double update_ratio = 1.0, norm_growth = 2.0, second_moment_drop = 1e-3;  // anomalies
   TrendGates gates;
   size_t top = 20;  // top movers listed
+  // Each tensor's series ("tensors"): what --json prints; the table and the page use the groups
+  // alone, and leave them out (23,040 experts over 100 steps make a document of gigabytes).
+  bool tensors = true;
 };
 
 nlohmann::json trend_json(const RunTrend& r, const TrendReportOptions& o);
