@@ -24,7 +24,8 @@ NaN must be NaN on both sides. Then on run_report: the anomalies name the scaled
 (norm_growth 8 within 1%: the scale and that step's own update, update_ratio) and the NaN at step 5 in the injected tensor, before any
 other NaN; --fail-on nan / update-ratio>X / norm-growth>Y exit 3 naming tensor and step on stderr,
 0 on a clean run; --steps-per-pass 3 (three passes, steps read twice where they overlap) gives the
-same figures; --filter and --select narrow the tensors; --html writes one page with every plot
+same figures; --filter and --select narrow the tensors; --map torchtitan-llama3 names them as
+Hugging Face does, with the same norms; --html writes one page with every plot
 (tests/browser/report_page_test.py opens it in a browser); refusals (exit 2).
 """
 
@@ -242,6 +243,18 @@ def check_options(dcpctl: str, fixtures: Path) -> None:
                 "http-equiv", ""), "the page: 5 plots, no script, no URL")
         expect_rc(run(dcpctl, "report", str(fixtures / "layouts" / "run_report" / "run"), "--html", str(page)), 2,
                   "--html over an existing file without --force", "exists")
+    titan = fixtures / "layouts" / "titan_llama3"
+    plain = run(dcpctl, "report", str(titan / "run"), "--json")
+    mapped = run(dcpctl, "report", str(titan / "run"), "--json", "--map", "torchtitan-llama3", "--config",
+                 str(titan / "hf" / "config.json"))
+    if expect_rc(plain, 0, "report titan_llama3") and expect_rc(mapped, 0, "report --map torchtitan-llama3"):
+        # Renames and q/k row permutations leave every norm as it was: the same multiset of figures.
+        a, b = (json.loads(r.stdout)["tensors"] for r in (plain, mapped))
+        keys = [t["key"] for t in b]
+        check(keys and all(k.startswith(("model.", "lm_head")) for k in keys), f"--map: Hugging Face names {keys[:3]}")
+        la, lb = (sorted(float(t["series"]["l2"][0]) for t in x if t["role"] == "weight") for x in (a, b))
+        check(len(la) == len(lb) > 0 and all(same(x, y, rel=1e-12) for x, y in zip(la, lb)),
+              f"--map: the same norms under HF names ({len(la)} weights, {len(lb)} mapped)")
     expect_rc(run(dcpctl, "report", str(run_dir), "--fail-on", "bogus"), 2, "--fail-on bogus", "not a condition")
     expect_rc(run(dcpctl, "report", str(steps[0])), 2, "a checkpoint given as a run folder", "checkpoint")
     expect_rc(run(dcpctl, "report", str(run_dir), "--steps-per-pass", "2"), 2, "--steps-per-pass 2")
