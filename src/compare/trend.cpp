@@ -113,9 +113,11 @@ namespace {
 // recorded by the previous pass and are read again only for the differences).
 class Pass {
  public:
-  Pass(RunTrend& r, std::map<std::string, size_t>& index, const TrendOptions& o, size_t b0, size_t b1, size_t first_new)
+  Pass(RunTrend& r, std::map<std::string, size_t>& index, std::string& map_from, const TrendOptions& o, size_t b0,
+       size_t b1, size_t first_new)
       : r_(r),
         index_(index),
+        map_from_(map_from),
         o_(o),
         b0_(b0),
         b1_(b1),
@@ -154,7 +156,7 @@ class Pass {
     for (size_t j = b0_; j < b1_; ++j) {
       inputs_.push_back(open_input(r_.steps[j].path));
       Input& in = *inputs_.back();
-      if (!o_.map.empty()) map_input(in, o_.map, o_.selection, o_.map_config);
+      if (!o_.map.empty()) map_step(in);
       items_.push_back(input_items(in, o_.selection));
       std::vector<const SelectedItem*> reads;
       for (const auto& it : items_.back())
@@ -163,6 +165,22 @@ class Pass {
       for (const auto* it : reads) present_[tensor_index(it->key)].emplace_back(j, &input_tensor(in, *it));
     }
     for (auto& in : inputs_) readers_.push_back(std::make_unique<WindowReader>(*in->reader, &gate_));
+  }
+
+  // --map: every step into the names the first step's keys chose (a run whose last step was saved
+  // in the map's other names, torchtitan's last_save_in_hf, is already there: left as it is, as
+  // diff leaves its B).
+  void map_step(Input& in) {
+    if (map_from_.empty()) {
+      map_input(in, o_.map, o_.selection, o_.map_config);
+      map_from_ = in.map->from;
+      return;
+    }
+    try {
+      map_input(in, o_.map, o_.selection, o_.map_config, map_from_);
+    } catch (const UsageError&) {
+      // in the map's target names already
+    }
   }
 
   // Floating tensors are followed; anything else is listed once as skipped.
@@ -304,6 +322,7 @@ class Pass {
 
   RunTrend& r_;
   std::map<std::string, size_t>& index_;
+  std::string& map_from_;  // --map: the names the first step's keys chose
   const TrendOptions& o_;
   const size_t b0_, b1_, new_;
   MemoryGate gate_;  // before the readers, which give back to it what they hold when destroyed
@@ -341,10 +360,11 @@ RunTrend compute_trend(const std::vector<TrendStep>& steps, const TrendOptions& 
   // Passes [0, B), [B - 2, 2B - 2), ...: each overlaps the one before by two steps.
   r.passes = steps.size() <= B ? 1 : 1 + (steps.size() - B + (B - 3)) / (B - 2);
   std::map<std::string, size_t> index;
+  std::string map_from;
   size_t b0 = 0;
   for (size_t pass = 0; pass < r.passes; ++pass) {
     size_t b1 = std::min(steps.size(), b0 + B);
-    Pass(r, index, o, b0, b1, pass == 0 ? 0 : b0 + 2).run(pass, r.passes);
+    Pass(r, index, map_from, o, b0, b1, pass == 0 ? 0 : b0 + 2).run(pass, r.passes);
     b0 = b1 - 2;
   }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

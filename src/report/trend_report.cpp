@@ -241,9 +241,9 @@ void parse_fail_on(const std::string& text, TrendGates& g) {
   if (text == "nan")
     g.nonfinite = true;
   else if (auto x = value("update-ratio"))
-    g.update_ratio = x;
+    g.update_ratio = x, g.update_ratio_text = text;
   else if (auto y = value("norm-growth"))
-    g.norm_growth = y;
+    g.norm_growth = y, g.norm_growth_text = text;
   else
     throw UsageError(Where(), "--fail-on " + text + ": not a condition (nan, update-ratio>X, norm-growth>Y)");
   g.conditions.push_back(text);
@@ -281,9 +281,9 @@ void find(const RunTrend& r, const TensorTrend& t, const std::vector<Sums>& s, c
     if (weight && ratio && *ratio > o.update_ratio) note("a:update_ratio", j, *ratio);
     if (weight && growth && *growth > o.norm_growth) note("a:norm_growth", j, *growth);
     if (weight && ratio && o.gates.update_ratio && !(*ratio <= *o.gates.update_ratio))
-      note(("g:update-ratio>" + json(*o.gates.update_ratio).dump()).c_str(), j, *ratio);
+      note(("g:" + o.gates.update_ratio_text).c_str(), j, *ratio);
     if (weight && growth && o.gates.norm_growth && !(*growth <= *o.gates.norm_growth))
-      note(("g:norm-growth>" + json(*o.gates.norm_growth).dump()).c_str(), j, *growth);
+      note(("g:" + o.gates.norm_growth_text).c_str(), j, *growth);
     if (weight && j > 0 && s[j - 1].present && s[j].n && s[j].zeros == s[j].n && s[j - 1].zeros < s[j - 1].n)
       note("a:all_zero", j, 0);
     if (t.role == TensorRole::ExpAvgSq && j > 0 && s[j - 1].present && s[j - 1].sum_sq > 0 &&

@@ -54,7 +54,8 @@ namespace dcpctl {
 struct TrendGates {
   bool nonfinite = false;
   std::optional<double> update_ratio, norm_growth;
-  std::vector<std::string> conditions;  // as given
+  std::string update_ratio_text, norm_growth_text;  // those two conditions as given
+  std::vector<std::string> conditions;              // as given
 };
 // Parses one --fail-on condition into `g`; throws UsageError naming what is wrong.
 void parse_fail_on(const std::string& text, TrendGates& g);

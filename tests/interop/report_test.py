@@ -25,7 +25,8 @@ NaN must be NaN on both sides. Then on run_report: the anomalies name the scaled
 other NaN; --fail-on nan / update-ratio>X / norm-growth>Y exit 3 naming tensor and step on stderr,
 0 on a clean run; --steps-per-pass 3 (three passes, steps read twice where they overlap) gives the
 same figures; --filter and --select narrow the tensors; --map torchtitan-llama3 names them as
-Hugging Face does, with the same norms; --html writes one page with every plot
+Hugging Face does, with the same norms, and a step already in Hugging Face names (the HF export
+of the step before) is kept as it is: every update ratio 0; --html writes one page with every plot
 (tests/browser/report_page_test.py opens it in a browser); refusals (exit 2).
 """
 
@@ -255,6 +256,14 @@ def check_options(dcpctl: str, fixtures: Path) -> None:
         la, lb = (sorted(float(t["series"]["l2"][0]) for t in x if t["role"] == "weight") for x in (a, b))
         check(len(la) == len(lb) > 0 and all(same(x, y, rel=1e-12) for x, y in zip(la, lb)),
               f"--map: the same norms under HF names ({len(la)} weights, {len(lb)} mapped)")
+    # A step already in the map's target names (torchtitan's last_save_in_hf) is kept as it is: the
+    # Hugging Face export of step-2 (float32) after step-2 itself has moved by exactly nothing.
+    both = run(dcpctl, "report", str(titan / "run" / "step-2"), str(titan / "hf"), "--json", "--map", "torchtitan-llama3",
+               "--config", str(titan / "hf" / "config.json"))
+    if expect_rc(both, 0, "report --map of a step and its HF export"):
+        ts = json.loads(both.stdout)["tensors"]
+        ratios = [t["series"]["update_ratio"][1] for t in ts]
+        check(ts and all(r is not None and float(r) == 0.0 for r in ratios), f"--map across names: update ratios {ratios[:4]}")
     expect_rc(run(dcpctl, "report", str(run_dir), "--fail-on", "bogus"), 2, "--fail-on bogus", "not a condition")
     expect_rc(run(dcpctl, "report", str(steps[0])), 2, "a checkpoint given as a run folder", "checkpoint")
     expect_rc(run(dcpctl, "report", str(run_dir), "--steps-per-pass", "2"), 2, "--steps-per-pass 2")
