@@ -238,7 +238,7 @@ void layer_heatmaps(std::ostream& out, const json& j, const std::vector<std::str
       if (v && std::isfinite(*v) && *v > 0) lo = std::min(lo, std::log10(*v)), hi = std::max(hi, std::log10(*v));
   }
   upd.lo = std::isfinite(lo) ? std::floor(lo) : -4;
-  upd.hi = std::isfinite(hi) ? std::max(upd.lo + 1, std::ceil(hi)) : 0;
+  upd.hi = std::isfinite(hi) ? std::max(upd.lo + 1, std::ceil(hi)) + 0.0 : 0;  // + 0.0: no "-0"
   heatmap(out, norm, cols);
   heatmap(out, upd, cols);
 }
@@ -250,11 +250,7 @@ void kind_curves(std::ostream& out, const json& j, const std::vector<std::string
     upd.ys.push_back(column(g["series"]["update_ratio"]));
   }
   curves(out, upd, cols);
-  Curves eff{"Adam: effective step per unit learning rate, by kind",
-             "adam-step",
-             "RMS(exp_avg) / sqrt(mean(exp_avg_sq))",
-             {},
-             {}};
+  Curves eff{"Adam: effective step per unit learning rate, by kind", "adam-step", "RMS(m) / sqrt(mean(v))", {}, {}};
   Curves v{"Adam: RMS of the second moment (exp_avg_sq), by kind", "adam-v", "RMS(exp_avg_sq)", {}, {}};
   for (const auto& g : j["optimizer"]["kind"]) {
     eff.names.push_back(g["name"].get<std::string>());
