@@ -22,7 +22,8 @@ torch.distributed.checkpoint.load, no process group), in float64:
   optimizer groups     exp_avg_rms, exp_avg_sq_rms, effective_step = rms(m) / sqrt(mean(v))  rel 1e-9
 NaN must be NaN on both sides. Then on run_report: the anomalies name the scaled layer at step 3
 (norm_growth 8 within 1%: the scale and that step's own update, update_ratio) and the NaN at step 5 in the injected tensor, before any
-other NaN; --fail-on nan / update-ratio>X / norm-growth>Y exit 3 naming tensor and step on stderr,
+other NaN, the weight zeroed and the second moment collapsed at step 4 (all_zero,
+second_moment_collapse); --fail-on nan / update-ratio>X / norm-growth>Y exit 3 naming tensor and step on stderr,
 0 on a clean run; --steps-per-pass 3 (three passes, steps read twice where they overlap) gives the
 same figures; --filter and --select narrow the tensors; --map torchtitan-llama3 names them as
 Hugging Face does, with the same norms, and a step already in Hugging Face names (the HF export
@@ -191,6 +192,12 @@ def check_injected(dcpctl: str, fixtures: Path, rep: dict) -> None:
           f"scaled layer: norm_growth anomaly {scaled}")
     check(any(a["key"] == exp["scaled"]["key"] and a["anomaly"] == "update_ratio" and a["step"] == 3 for a in an),
           "scaled layer: update_ratio anomaly at step 3")
+    z, c = exp["zeroed"], exp["collapsed"]
+    check(any(a["key"] == z["key"] and a["anomaly"] == "all_zero" and a["step"] == z["step"] for a in an),
+          f"all_zero anomaly of {z['key']} at step {z['step']}")
+    col = [a for a in an if a["anomaly"] == "second_moment_collapse"]
+    check(len(col) == 1 and col[0]["key"] == c["key"] and col[0]["step"] == c["step"]
+          and abs(float(col[0]["value"]) / c["factor"] - 1) < 0.5, f"second_moment_collapse: {col}")
     nans = [a for a in an if a["anomaly"] == "nan"]
     check(bool(nans) and nans[0]["key"] == exp["nan"]["key"] and nans[0]["step"] == exp["nan"]["step"]
           and float(nans[0]["value"]) == 1, f"first NaN: {nans[:1]}")
