@@ -218,6 +218,11 @@ const Example kExamples[] = {
      {"--depth"},
      "dcpctl stats ckpt/ --depth 4",
      "Statistics per layer (keys grouped by their first 4 components)."},
+    {{"report"},
+     {"--html", "--fail-on"},
+     "dcpctl report outputs/checkpoint --html run.html --fail-on nan",
+     "Norms, update ratios, NaNs and Adam's state of every step of a run, per layer and kind, as a page readable "
+     "offline; exit 3 naming the first step where a tensor holds a NaN or an Inf."},
     {{}, {"--version"}, "dcpctl --version", "Show the versions of dcpctl and LibTorch and whether CUDA is usable."},
 };
 
@@ -288,17 +293,18 @@ void man_environment(std::ostringstream& o, const CommandDoc& root) {
 
 void man_inputs(std::ostringstream& o) {
   o << ".SH INPUTS\n";
-  text_lines(o,
-             "Every command that reads a checkpoint takes a DCP directory (.metadata and __R_N.distcp files, "
-             "torch.save or safetensors items, zstd too), a DCP directory saved with use_collectives=False "
-             "(one __R.metadata per rank, merged and checked), HF-mode DCP written by HuggingFaceStorageWriter "
-             "(shard-R-model-i-of-N.safetensors with DCP_SHARDING_INFO, or its sharded/ folder), a Hugging Face "
-             "safetensors directory (model-i-of-N.safetensors and model.safetensors.index.json) or one .safetensors "
-             "file; diff and stats also a torch.save .pt or .bin file and a Hugging Face directory of torch.save "
-             "files (pytorch_model.bin.index.json and pytorch_model-i-of-N.bin, or one pytorch_model.bin). A run "
-             "folder (step-N, checkpoint_N, ... "
-             "subfolders, as torchtitan and Ray Train leave them) goes to ls, latest and prune; any other command "
-             "given one exits 2 naming its newest complete checkpoint.");
+  text_lines(
+      o,
+      "Every command that reads a checkpoint takes a DCP directory (.metadata and __R_N.distcp files, "
+      "torch.save or safetensors items, zstd too), a DCP directory saved with use_collectives=False "
+      "(one __R.metadata per rank, merged and checked), HF-mode DCP written by HuggingFaceStorageWriter "
+      "(shard-R-model-i-of-N.safetensors with DCP_SHARDING_INFO, or its sharded/ folder), a Hugging Face "
+      "safetensors directory (model-i-of-N.safetensors and model.safetensors.index.json) or one .safetensors "
+      "file; diff and stats also a torch.save .pt or .bin file and a Hugging Face directory of torch.save "
+      "files (pytorch_model.bin.index.json and pytorch_model-i-of-N.bin, or one pytorch_model.bin). A run "
+      "folder (step-N, checkpoint_N, ... "
+      "subfolders, as torchtitan and Ray Train leave them) goes to ls, latest, prune and report; any other command "
+      "given one exits 2 naming its newest complete checkpoint.");
   o << ".SH KEY MAPS\n";
   text_lines(o,
              "--map NAME|FILE (consolidate, reshard, cast, diff, stats) renames and reshapes tensors between two "

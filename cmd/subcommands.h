@@ -16,6 +16,7 @@ void setup_reshard(CLI::App& parent, RunFn& run);
 void setup_cast(CLI::App& parent, RunFn& run);
 void setup_diff(CLI::App& parent, RunFn& run);
 void setup_stats(CLI::App& parent, RunFn& run);
+void setup_report(CLI::App& parent, RunFn& run);
 void setup_maps(CLI::App& parent, RunFn& run);
 void setup_generate(CLI::App& parent, RunFn& run);
 void setup_bench(CLI::App& parent, RunFn& run);

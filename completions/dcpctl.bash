@@ -7,8 +7,8 @@ _dcpctl_spec() {
     _dcpctl_subs=() _dcpctl_canon=() _dcpctl_opts=() _dcpctl_vals=()
     case $1 in
         'dcpctl')
-            _dcpctl_subs=('inspect' 'verify' 'ls' 'latest' 'prune' 'consolidate' 'reshard' 'cast' 'compat' 'diff' 'stats' 'maps' 'bench')
-            _dcpctl_canon=('inspect' 'verify' 'ls' 'latest' 'prune' 'consolidate' 'reshard' 'cast' 'compat' 'diff' 'stats' 'maps' 'bench')
+            _dcpctl_subs=('inspect' 'verify' 'ls' 'latest' 'prune' 'consolidate' 'reshard' 'cast' 'compat' 'diff' 'stats' 'report' 'maps' 'bench')
+            _dcpctl_canon=('inspect' 'verify' 'ls' 'latest' 'prune' 'consolidate' 'reshard' 'cast' 'compat' 'diff' 'stats' 'report' 'maps' 'bench')
             _dcpctl_opts=('-h' '--help' '-V' '--version')
             ;;
         'dcpctl inspect')
@@ -52,6 +52,10 @@ _dcpctl_spec() {
         'dcpctl stats')
             _dcpctl_opts=('-h' '--help' '--json' '--depth' '--filter' '--select' '--map' '--config' '--include' '--exclude' '--check-finite' '--check-zero' '--threads' '--max-memory' '-q' '--quiet')
             _dcpctl_vals=('--depth' '--filter' '--select' '--map' '--config' '--include' '--exclude' '--threads' '--max-memory')
+            ;;
+        'dcpctl report')
+            _dcpctl_opts=('-h' '--help' '--json' '--html' '--force' '--depth' '--filter' '--select' '--map' '--config' '--include' '--exclude' '--fail-on' '--update-ratio' '--norm-growth' '--top' '--steps-per-pass' '--threads' '--max-memory' '-q' '--quiet')
+            _dcpctl_vals=('--html' '--depth' '--filter' '--select' '--map' '--config' '--include' '--exclude' '--fail-on' '--update-ratio' '--norm-growth' '--top' '--steps-per-pass' '--threads' '--max-memory')
             ;;
         'dcpctl maps')
             _dcpctl_opts=('-h' '--help' '--json')
@@ -110,6 +114,8 @@ _dcpctl_value() {
         'dcpctl diff|--config') _dcpctl_kind='file' ;;
         'dcpctl diff|--assets') _dcpctl_kind='dir' ;;
         'dcpctl stats|--config') _dcpctl_kind='file' ;;
+        'dcpctl report|--html') _dcpctl_kind='file' ;;
+        'dcpctl report|--config') _dcpctl_kind='file' ;;
         'dcpctl bench staging|--modes') _dcpctl_kind='choice' _dcpctl_choices=('pinned' 'registered' 'pageable' 'cold') ;;
         'dcpctl bench staging|--from-checkpoint') _dcpctl_kind='dir' ;;
         'dcpctl bench staging|--write-to') _dcpctl_kind='dir' ;;
@@ -189,6 +195,9 @@ _dcpctl_positional() {
                 _dcpctl_kind='file'
                 return
             fi
+            ;;
+        'dcpctl report')
+            _dcpctl_kind='none'
             ;;
     esac
 }

@@ -18,6 +18,7 @@ complete -c dcpctl -n '__fish_use_subcommand' -a 'cast' -d 'Write a copy of a DC
 complete -c dcpctl -n '__fish_use_subcommand' -a 'compat' -d 'Write a copy of a torch 2.15 checkpoint that torch 2.14 and older load ("too many values to unpack (expected 5)"): a new .metadata beside the data files, reflinked or hard-linked, not copied'
 complete -c dcpctl -n '__fish_use_subcommand' -a 'diff' -d 'Compare two checkpoints key by key, any layouts and sharding; exit 0 same, 1 different'
 complete -c dcpctl -n '__fish_use_subcommand' -a 'stats' -d 'Per-tensor min, max, mean, std, abs max, L2 norm and NaN/Inf/zero counts; --check-finite gate'
+complete -c dcpctl -n '__fish_use_subcommand' -a 'report' -d 'Per-step norms, update ratios, NaNs and Adam\'s state of a run\'s checkpoints; --fail-on gates'
 complete -c dcpctl -n '__fish_use_subcommand' -a 'maps' -d 'List the built-in key maps that --map takes (torchtitan and Megatron <-> Hugging Face names and layouts): sides, models, rule kinds'
 complete -c dcpctl -n '__fish_use_subcommand' -a 'bench' -d 'Measure how fast this machine moves checkpoint data'
 
@@ -224,6 +225,27 @@ complete -c dcpctl -n '__fish_seen_subcommand_from stats' -l threads -x -d 'Para
 complete -c dcpctl -n '__fish_seen_subcommand_from stats' -l max-memory -x -d 'Cap on buffer memory (default 1GiB)'
 complete -c dcpctl -n '__fish_seen_subcommand_from stats' -s q -l quiet -d 'No table and no progress; only the exit code and gate failures on stderr'
 complete -c dcpctl -n '__fish_seen_subcommand_from stats' -F -d 'checkpoint'
+
+# dcpctl report
+complete -c dcpctl -n '__fish_seen_subcommand_from report' -s h -l help -d 'Print this help message and exit'
+complete -c dcpctl -n '__fish_seen_subcommand_from report' -l json -d 'Print the report as JSON (schema_version 1) on stdout'
+complete -c dcpctl -n '__fish_seen_subcommand_from report' -l html -r -F -d 'Write the report as one self-contained HTML page (no script, no network)'
+complete -c dcpctl -n '__fish_seen_subcommand_from report' -l force -d 'Replace the --html file when it exists'
+complete -c dcpctl -n '__fish_seen_subcommand_from report' -l depth -x -d 'Group by the first N components of the key (default: by layer number)'
+complete -c dcpctl -n '__fish_seen_subcommand_from report' -l filter -x -d 'Only keys matching this shell glob (fnmatch, case-sensitive; repeatable)'
+complete -c dcpctl -n '__fish_seen_subcommand_from report' -l select -x -d 'Keep one subtree and strip its prefix (e.g. app.model)'
+complete -c dcpctl -n '__fish_seen_subcommand_from report' -l map -x -d 'Rename and reshape tensors with a key map: a built-in one (dcpctl maps) or a FILE.json; the direction follows the input\'s keys (torchtitan -> Hugging Face, or back)'
+complete -c dcpctl -n '__fish_seen_subcommand_from report' -l config -r -F -d 'The model\'s config.json, for the map\'s parameters (heads, experts); default: --assets DIR\'s, else the checkpoint\'s own'
+complete -c dcpctl -n '__fish_seen_subcommand_from report' -l include -x -d 'Keep only keys matching this shell glob (repeatable)'
+complete -c dcpctl -n '__fish_seen_subcommand_from report' -l exclude -x -d 'Drop keys matching this shell glob (repeatable)'
+complete -c dcpctl -n '__fish_seen_subcommand_from report' -l fail-on -x -d 'Exit 3 naming the tensor and step: nan (a NaN or Inf), update-ratio>X, norm-growth>Y (repeatable)'
+complete -c dcpctl -n '__fish_seen_subcommand_from report' -l update-ratio -x -d 'An update ratio above this is an anomaly'
+complete -c dcpctl -n '__fish_seen_subcommand_from report' -l norm-growth -x -d 'A norm growth between steps above this is an anomaly'
+complete -c dcpctl -n '__fish_seen_subcommand_from report' -l top -x -d 'Top movers listed'
+complete -c dcpctl -n '__fish_seen_subcommand_from report' -l steps-per-pass -x -d 'Steps read in lockstep (default: what --max-memory holds)'
+complete -c dcpctl -n '__fish_seen_subcommand_from report' -l threads -x -d 'Parallel readers'
+complete -c dcpctl -n '__fish_seen_subcommand_from report' -l max-memory -x -d 'Cap on buffer memory (default 1GiB)'
+complete -c dcpctl -n '__fish_seen_subcommand_from report' -s q -l quiet -d 'No table and no progress; only the exit code and gate failures on stderr'
 
 # dcpctl maps
 complete -c dcpctl -n '__fish_seen_subcommand_from maps' -s h -l help -d 'Print this help message and exit'

@@ -67,6 +67,7 @@ COMMAND_SCHEMAS = {
     "cast": ["cast"],
     "diff": ["diff"],
     "stats": ["stats"],
+    "report": ["report"],
     "bench staging": ["bench-staging"],
     "maps": ["maps"],
 }
@@ -512,6 +513,14 @@ def cases_for(p, work):
     add("prune", "prune --keep 1 --incomplete", ["prune", os.path.join(work, "prune-incomplete"), "--keep", "1",
                                                  "--incomplete", "--json"])
     add("prune", "prune --keep 5 (removes nothing)", ["prune", fx("layouts", "run_torchtitan", "run"), "--keep", "5", "--json"])
+
+    # report: a run with a NaN and a scaled layer (a failed gate prints the document, exit 3), a
+    # run folder with incomplete steps (skipped_steps), one with uint8 tensors (skipped), named steps
+    rr = fx("layouts", "run_report", "run")
+    add("report", "report --fail-on nan failing", ["report", rr, "--fail-on", "nan", "--json"], INVALID)
+    add("report", "report of a run folder with incomplete steps", ["report", p["run"], "--json"])
+    add("report", "report --depth 2 (uint8 tensors skipped)", ["report", fx("layouts", "run_megatron_fsdp", "run"), "--depth", "2", "--json"])
+    add("report", "report of named checkpoints", ["report", os.path.join(rr, "step-1"), os.path.join(rr, "step-2"), "--json"])
 
     # compat: a torch 2.15 checkpoint made loadable by older torch (data files linked, then copied)
     t215 = fx("layouts", "torch_2_15_dtensor", "ckpt")

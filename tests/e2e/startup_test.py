@@ -93,7 +93,7 @@ def main():
         ["stats", "--json", sample], ["diff", sample, sample], ["inspect", "--value", "app.model.tok_emb.weight", sample],
         ["inspect", hf], ["verify", hf], ["verify", "--deep", hf],
         ["inspect", st_items], ["verify", st_items],
-        ["ls", run], ["ls", "--json", run], ["latest", run],
+        ["ls", run], ["ls", "--json", run], ["latest", run], ["report", "--json", run],
     ]
     first_key = None
     flat = chk.run([dcpctl, "inspect", "--flat", hf])

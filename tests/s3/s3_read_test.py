@@ -3,7 +3,7 @@
 SeaweedFS's, with signature checking on; tests/s3/s3_server.py), compared with the same command on
 the local copy.
 
-  same output      inspect / verify --deep --checksum / stats / ls / latest --json on s3:// equal the
+  same output      inspect / verify --deep --checksum / stats / ls / latest / report --json on s3:// equal the
                    local run's (the local path replaced by the URL; timings, mtimes and the `s3`
                    counters left out), for DCP cases (plain, multi-file, zstd, every dtype, 2-D mesh),
                    rank-local metadata, safetensors items, HF-mode DCP, Hugging Face folders
@@ -231,6 +231,7 @@ def command_cases(env, work):
     for rel in RUN_FOLDERS:
         same_json(["ls"], loc(rel), url(rel), env, "ls")
         same_json(["latest"], loc(rel), url(rel), env, "latest")
+        same_json(["report"], loc(rel), url(rel), env, "report")
     # Folders whose names extend one another: AWS and moto list "ckpt-old/" and "ckpt.bak/" before
     # "ckpt/" ('-' < '.' < '/'), SeaweedFS after it; each opens (dcpctl once looked "ckpt" up by a
     # binary search over the server's order, and missed it on AWS).
