@@ -373,6 +373,7 @@ void Executor::write_at_offsets(const std::vector<Task>& tasks, int me, unsigned
     }
     offsets_task(task, files, scratch);
     if (admit) files.task_end(i);
+    files.task_done(task);
   };
   // Lanes take turns at a hashed file's prefix only where every lane can hold its largest buffer at
   // once: a lane waiting its turn holds its buffer, and the lane whose turn it is must not wait for
@@ -409,7 +410,10 @@ void Executor::write_at_offsets(const std::vector<Task>& tasks, int me, unsigned
       if (!src.ordered()) {
         for (size_t g; !failed && (g = next++) < groups.size();) {
           const TaskGroup& group = groups[g];
-          if (group.shared && shared_group(tasks, mine, group.begin, group.end, files, scratch, limit)) continue;
+          if (group.shared && shared_group(tasks, mine, group.begin, group.end, files, scratch, limit)) {
+            for (size_t k = group.begin; k < group.end; ++k) files.task_done(tasks[mine[k]]);
+            continue;
+          }
           for (size_t k = group.begin; k < group.end && !failed; ++k) one(mine[k], scratch);
         }
         return;

@@ -56,6 +56,8 @@ class FileSink {
   }
   virtual void lead(size_t f, OutputFile& out, StreamWindow& win) { (void)f, (void)out, (void)win; }
   virtual void placed(size_t record, uint64_t offset, uint64_t length) { (void)record, (void)offset, (void)length; }
+  // AtOffsets: `task` is written (any lane; a journaled output finishes a file after its last).
+  virtual void task_done(const Task& task) { (void)task; }
 
   // AtOffsets into object storage: the files upload their parts through `uploads`, the job's
   // session (store/upload.h), which admits the tasks; for local files (no session) these do nothing.

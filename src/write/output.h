@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -74,8 +75,11 @@ class OutputFile {
   // the file's digest recorded (a single-file output's manifest is written before the file is
   // renamed). commit() calls it.
   void finish_writes();
-  // fsync + rename onto the final name (replacing an existing file).
+  // fsync + rename onto the final name (replacing an existing file); once committed, nothing.
   void commit();
+  // The file's digest as written (write/write_hash.h), once finish_writes() took it; nullopt
+  // where writes are not hashed.
+  std::optional<FileDigest> digest() const { return digested_ ? std::optional<FileDigest>(digest_) : std::nullopt; }
   const std::string& final_path() const { return final_; }
   const std::string& temp_path() const { return tmp_; }
   int fd() const { return fd_; }
@@ -117,13 +121,20 @@ inline uint8_t* direct_place(uint8_t* aligned_buf, uint64_t offset) {
 // directory on commit.
 class OutputDir {
  public:
-  // An object-storage folder's files upload through `uploads`, the job's session.
-  explicit OutputDir(std::string final_path, UploadSession* uploads = nullptr);
+  // An object-storage folder's files upload through `uploads`, the job's session. `adopt`: a stopped
+  // run's temporary folder (write/resume.h), renamed to this one's instead of a new one made.
+  explicit OutputDir(std::string final_path, UploadSession* uploads = nullptr, const std::string& adopt = "");
   ~OutputDir();
   OutputDir(const OutputDir&) = delete;
   OutputDir& operator=(const OutputDir&) = delete;
   std::string path_of(const std::string& name) const;  // inside the temporary directory
   void commit();
+  // From now on the temporary folder outlives a failure and SIGINT/SIGTERM (it holds finished
+  // files a --resume keeps: write/resume.h).
+  void keep_when_stopped();
+  // The folder is only a place to stage files that went elsewhere (a split GGUF's shards): it is
+  // removed, empty, and is no output of its own.
+  void dissolve();
   const std::string& final_path() const { return final_; }
   const std::string& temp_path() const { return tmp_; }
   bool remote() const { return remote_; }
@@ -133,6 +144,7 @@ class OutputDir {
   std::string final_, tmp_;
   bool committed_ = false;
   bool remote_ = false;
+  bool keep_ = false;
   UploadSession* uploads_ = nullptr;
   int slot_ = -1;
 };
