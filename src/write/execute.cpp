@@ -30,13 +30,11 @@ using nlohmann::json;
 
 namespace {
 
-// The stopped run --resume finishes (none: refused); without it, what is lost is said.
+// The stopped run --resume finishes ("": none, refused once the output is known to be one that
+// resumes); without --resume, what is lost is said.
 std::string stopped_run(const WriteOptions& o) {
   const std::optional<StoppedRun> stopped = find_stopped_run(o.output);
-  if (o.resume && !stopped)
-    throw UsageError(Where(o.output), std::string("--resume: no stopped run of this output to finish (no ") +
-                                          kResumeJournal + " in a dead run's temporary folder beside it)");
-  if (o.resume) return stopped->dir;
+  if (o.resume) return stopped ? stopped->dir : std::string();
   if (stopped && stopped->files && o.note)
     o.note("a stopped run left " + std::to_string(stopped->files) + " finished file(s) of this output in " +
            stopped->dir + "; without --resume they are removed and written again");
@@ -255,6 +253,9 @@ std::unique_ptr<ResumeJournal> open_journal(const WriteJob& job, const OutputWri
                              "split by --split-max-size or --split-max-tensors)");
     return nullptr;
   }
+  if (o.resume && from.empty())
+    throw UsageError(Where(o.output), std::string("--resume: no stopped run of this output to finish (no ") +
+                                          kResumeJournal + " in a dead run's temporary folder beside it)");
   return std::make_unique<ResumeJournal>(resume_plan(job.request, writer.name(), files["options"], files["files"]),
                                          o.manifest, from);
 }

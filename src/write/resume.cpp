@@ -3,6 +3,9 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <climits>
+#include <cstdlib>
+
 #include <algorithm>
 
 #include "store/file.h"
@@ -37,6 +40,13 @@ std::optional<json> read_journal(const std::string& dir) {
 }
 
 // The identity of a file the checkpoint was opened from: its size and modification time.
+// A local path made absolute (a resume from another working directory is the same input).
+std::string absolute(const std::string& path) {
+  if (is_remote_path(path)) return path;
+  char buf[PATH_MAX];
+  return ::realpath(path.c_str(), buf) ? std::string(buf) : path;
+}
+
 json identity(const std::string& path) {
   const PathInfo st = stat_path(path);
   return json{{"size", st.size}, {"mtime", st.mtime}};
@@ -44,20 +54,22 @@ json identity(const std::string& path) {
 
 json inputs_of(const Checkpoint& ck) {
   json in = json::object();
-  for (const std::string& p : ck.metadata_sources) in[p] = identity(p);
+  for (const std::string& p : ck.metadata_sources) in[absolute(p)] = identity(p);
   for (const DataFileInfo& f : ck.files) {
     const std::string p = join_path(ck.dir, f.relative_path);
-    in[p] = identity(p);
+    in[absolute(p)] = identity(p);
   }
   // The .metadata (or index) by its bytes too: a checkpoint saved again into the same folder in the
   // same second, of the same size, is another checkpoint.
   if (const PathInfo st = stat_path(ck.metadata_path); st.kind == PathInfo::file && st.size <= kMaxJournal)
-    in[ck.metadata_path]["sha256"] = Sha256::of(ReadFile(ck.metadata_path).read_all());
+    in[absolute(ck.metadata_path)]["sha256"] = Sha256::of(ReadFile(ck.metadata_path).read_all());
   return in;
 }
 
 std::string shown(const json& v) {
-  return v.is_null() ? std::string("(none)") : v.dump();
+  const bool none =
+      v.is_null() || (v.is_string() && v.get_ref<const std::string&>().empty()) || (v.is_array() && v.empty());
+  return none ? std::string("(none)") : v.dump();
 }
 
 void changes_into(const std::string& at, const json& was, const json& now, std::vector<std::string>& out) {
@@ -96,7 +108,7 @@ json resume_plan(const WriteRequest& request, const char* command, const json& f
   json p;
   p["dcpctl"] = manifest_tool_version();
   p["command"] = command;
-  p["checkpoint"] = request.ck.dir;
+  p["checkpoint"] = absolute(request.ck.dir);
   p["inputs"] = inputs_of(request.ck);
   p["options"] = request.command;
   p["options"]["--dtype"] = o.cast ? torch_name(*o.cast) : "";
@@ -115,7 +127,19 @@ json resume_plan(const WriteRequest& request, const char* command, const json& f
 
 std::string plan_changes(const json& was, const json& now) {
   std::vector<std::string> out;
-  changes_into("", was, now, out);
+  // The flags first, by their names; the data files by what changed of them, not every digest.
+  for (const char* k : {"dcpctl", "command", "options", "checkpoint", "inputs", "files"}) {
+    const json a = was.contains(k) ? was[k] : json(), b = now.contains(k) ? now[k] : json();
+    if (a == b) continue;
+    if (std::string(k) == "files" && a.is_object() && b.is_object()) {
+      out.push_back(a.size() != b.size() || !std::equal(a.items().begin(), a.items().end(), b.items().begin(),
+                                                        [](const auto& x, const auto& y) { return x.key() == y.key(); })
+                        ? "the data files were " + std::to_string(a.size()) + ", now " + std::to_string(b.size())
+                        : "the header of a data file (its tensors, dtypes, offsets or keys) changed");
+      continue;
+    }
+    changes_into(std::string(k) == "options" ? "" : k, a, b, out);
+  }
   std::string s;
   for (size_t i = 0; i < out.size() && i < 8; ++i) s += (i ? "; " : "") + out[i];
   if (out.size() > 8) s += "; and " + std::to_string(out.size() - 8) + " more";
