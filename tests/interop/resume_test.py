@@ -36,7 +36,13 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from testlib import EXIT_OK, EXIT_UNSUPPORTED, EXIT_USAGE, check, each_case, expect_rc, fail, run, summary  # noqa: E402
+from testlib import (EXIT_OK, EXIT_UNSUPPORTED, EXIT_USAGE, check, each_case, expect_rc, fail, run,  # noqa: E402
+                     skip_or_fail, summary)
+
+try:
+    import torch  # noqa: F401  (testlib's loading of the HF folders written)
+except ImportError as e:  # pragma: no cover
+    skip_or_fail(f"torch is not installed ({e})")
 
 DCPCTL = sys.argv[1]
 FIXTURES = Path(sys.argv[2])
@@ -115,7 +121,10 @@ def clear(work: Path, out: str) -> None:
 
 def read_gguf_split(work: Path, names: list[str], n: int, what: str) -> None:
     """gguf-py's reader over every shard: its split keys, and every tensor read."""
-    from gguf import GGUFReader
+    try:
+        from gguf import GGUFReader
+    except ImportError as e:
+        skip_or_fail(f"gguf-py is not installed ({e})")
     tensors = 0
     for i, name in enumerate(names):
         r = GGUFReader(str(work / name))
