@@ -309,7 +309,8 @@ void setup_consolidate(CLI::App& parent, RunFn& run) {
   add_quantize_options(sub, *o);
   sub->add_flag("-f,--force", o->force, "Replace an existing output");
   sub->add_flag("--resume", o->resume,
-                "DIR/ or split .gguf output: finish a stopped run (killed, failed, full disk), keeping the files it "
+                "DIR/ of several shards or split .gguf output: finish a stopped run (killed, failed, full disk), "
+                "keeping the files it "
                 "finished that are intact; refused if anything that changes the output changed");
   sub->add_flag("-n,--dry-run", o->dry_run, "Print the plan (keys, files, bytes) and write nothing");
   sub->add_flag("-q,--quiet", o->quiet, "No progress or notes on stderr");

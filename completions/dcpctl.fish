@@ -104,7 +104,7 @@ complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -l quantize-bloc
 complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -l quantize-group -x -d '--quantize w4a16: the values one scale covers along a row, a multiple of 8 (default 128)'
 complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -l quantize-skip -x -d '--quantize: also keep the weights whose key matches GLOB as they are (repeatable)'
 complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -s f -l force -d 'Replace an existing output'
-complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -l resume -d 'DIR/ or split .gguf output: finish a stopped run (killed, failed, full disk), keeping the files it finished that are intact; refused if anything that changes the output changed'
+complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -l resume -d 'DIR/ of several shards or split .gguf output: finish a stopped run (killed, failed, full disk), keeping the files it finished that are intact; refused if anything that changes the output changed'
 complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -s n -l dry-run -d 'Print the plan (keys, files, bytes) and write nothing'
 complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -s q -l quiet -d 'No progress or notes on stderr'
 complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -l json -d 'Print a JSON summary on stdout'

@@ -19,7 +19,9 @@ the intact file (its inode kept: not rewritten), names the torn one, writes the 
 file of the output (shards, index or split headers, manifests) is byte for byte the reference's.
 Then a run killed again and resumed with a flag changed (hf: --dtype bf16; gguf: --outtype q8_0):
 exit 2 naming the flag and its two values, nothing written; resumed as first asked: equal to the
-reference. --resume with no stopped run: exit 2; into a single file: exit 5.
+reference. A run stopped the same way and sent SIGTERM: the handler leaves the two finished files
+(and the journal) and removes the rest; --resume keeps both and writes the reference. --resume with
+no stopped run: exit 2; into a single file or a folder of one shard: exit 5.
 Exit status: 0 pass, 1 failure, 77 skip (torch or gguf missing; a failure under CI, tests/skip.py).
 """
 
@@ -77,8 +79,9 @@ def proc_state(pid: int) -> str:
         return ""
 
 
-def stop_and_kill(cmd: list[str], failpoint: str, what: str) -> bool:
-    """Runs cmd until its failpoint stops it, then kills it with SIGKILL (a real kill)."""
+def stop_and_kill(cmd: list[str], failpoint: str, what: str, sig: int = signal.SIGKILL) -> bool:
+    """Runs cmd until its failpoint stops it, then kills it with `sig` (a real kill; SIGTERM is
+    delivered once the process is continued, and its handler runs)."""
     env = dict(os.environ, DCPCTL_FAILPOINT=failpoint)
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     deadline = time.time() + 60
@@ -87,9 +90,11 @@ def stop_and_kill(cmd: list[str], failpoint: str, what: str) -> bool:
     if p.poll() is not None:
         return check(False, f"{what}: the run ended (exit {p.returncode}) before {failpoint}: "
                             f"{p.stderr.read().decode()[:300]}")
-    p.send_signal(signal.SIGKILL)
+    p.send_signal(sig)
+    if sig != signal.SIGKILL:
+        p.send_signal(signal.SIGCONT)
     p.communicate(timeout=60)
-    return check(p.returncode == -signal.SIGKILL, f"{what}: killed by SIGKILL at {failpoint} ({p.returncode})")
+    return check(p.returncode == -sig, f"{what}: killed by {signal.Signals(sig).name} at {failpoint} ({p.returncode})")
 
 
 def outputs(work: Path, out: str) -> dict[str, bytes]:
@@ -138,10 +143,11 @@ def read_gguf_split(work: Path, names: list[str], n: int, what: str) -> None:
     check(tensors == total, f"{what}: gguf-py reads {tensors} tensors across the shards, split.tensors.count {total}")
 
 
-def kill_after_second(cmd: list[str], work: Path, c: dict, ref_names: list[str], what: str) -> Path | None:
+def kill_after_second(cmd: list[str], work: Path, c: dict, ref_names: list[str], what: str,
+                      sig: int = signal.SIGKILL) -> Path | None:
     """A run killed once its second data file is finished: the staging folder, checked."""
     data = [n for n in ref_names if n.endswith((".safetensors", ".gguf"))]
-    if not stop_and_kill(cmd, f"finished/{data[1]}:stop", what):
+    if not stop_and_kill(cmd, f"finished/{data[1]}:stop", what, sig):
         return None
     check(not outputs(work, c["out"]), f"{what}: nothing under the final name after the kill")
     st = staging(work, c["out"])
@@ -206,6 +212,19 @@ def case(name: str) -> None:
             same_files(outputs(work, c["out"]), ref, f"{name} resumed after a refusal")
         clear(work, c["out"])
 
+        # SIGTERM: its handler removes the unfinished files' temporaries and keeps the finished ones.
+        st = kill_after_second(cmd, work, c, list(ref), f"{name} terminated", signal.SIGTERM)
+        if st is None:
+            return
+        check(sorted(n for n in os.listdir(st) if not n.startswith(".dcpctl-resume")) == data[:2],
+              f"{name}: after SIGTERM the folder holds {sorted(os.listdir(st))}, want the 2 finished files")
+        r = run([*cmd, "--resume", "--json"])
+        if expect_rc(r, EXIT_OK, f"{name}: --resume after SIGTERM"):
+            check(json.loads(r.stdout)["resume"]["kept"] == data[:2], f"{name}: --resume after SIGTERM kept "
+                                                                      f"{json.loads(r.stdout)['resume']['kept']}")
+            same_files(outputs(work, c["out"]), ref, f"{name} resumed after SIGTERM")
+        clear(work, c["out"])
+
         r = run([*cmd, "--resume"])
         expect_rc(r, EXIT_USAGE, f"{name}: --resume with no stopped run", "--resume", "no stopped run")
         check(not outputs(work, c["out"]), f"{name}: --resume with no stopped run wrote nothing")
@@ -218,6 +237,9 @@ def single_file() -> None:
     try:
         r = run([DCPCTL, "consolidate", str(FIX / "dcp"), "-o", str(work / "m.safetensors"), "--resume"])
         expect_rc(r, EXIT_UNSUPPORTED, "--resume into one .safetensors", "--resume")
+        r = run([DCPCTL, "consolidate", str(FIX / "dcp"), "-o", f"{work / 'one'}/", "--assets", str(FIX / "ckpt"),
+                 "--resume"])
+        expect_rc(r, EXIT_UNSUPPORTED, "--resume into a folder of one shard", "--resume", "several")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -230,7 +252,7 @@ def main() -> int:
     for n in each_case([n for n in names if n in CASES], 20, name=str):
         case(n)
     single_file()
-    return summary("resume", min_checks=40)
+    return summary("resume", min_checks=50)
 
 
 if __name__ == "__main__":

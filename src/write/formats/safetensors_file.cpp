@@ -61,7 +61,9 @@ std::string SafetensorsFiles::set_up(WriteJob& job) {
 }
 
 json SafetensorsFiles::journal_files(const WriteJob& job) const {
-  if (!o_.format->folder) return nullptr;
+  // One data file: nothing to keep that its run would not write again (and a failed run leaves
+  // nothing, as for a single file).
+  if (!o_.format->folder || job.plan.files.size() < 2) return nullptr;
   json files = json::object();
   for (size_t f = 0; f < job.plan.files.size(); ++f) files[job.plan.files[f].name] = Sha256::of(headers_[f]);
   return {{"files", files}, {"options", json::object()}};

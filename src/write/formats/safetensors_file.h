@@ -23,7 +23,7 @@ class SafetensorsFiles : public ConsolidatedWriter, protected FileSink {
   using ConsolidatedWriter::ConsolidatedWriter;
   std::string set_up(WriteJob& job) override;
   void commit(WriteJob& job) override;
-  // A folder's shards are journaled (write/resume.h); a single file is not.
+  // A folder of several shards is journaled (write/resume.h); one file is not.
   nlohmann::json journal_files(const WriteJob& job) const override;
 
  protected:
