@@ -1,6 +1,7 @@
 #include "write/resume.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <climits>
@@ -47,9 +48,13 @@ std::string absolute(const std::string& path) {
   return ::realpath(path.c_str(), buf) ? std::string(buf) : path;
 }
 
+// Local files to the nanosecond (a checkpoint saved again within the second is another one).
 json identity(const std::string& path) {
-  const PathInfo st = stat_path(path);
-  return json{{"size", st.size}, {"mtime", st.mtime}};
+  struct stat st;
+  if (!is_remote_path(path) && ::stat(path.c_str(), &st) == 0)
+    return json{{"size", st.st_size}, {"mtime_ns", st.st_mtim.tv_sec * 1000000000ll + st.st_mtim.tv_nsec}};
+  const PathInfo info = stat_path(path);
+  return json{{"size", info.size}, {"mtime", info.mtime}};
 }
 
 json inputs_of(const Checkpoint& ck) {
@@ -64,6 +69,26 @@ json inputs_of(const Checkpoint& ck) {
   if (const PathInfo st = stat_path(ck.metadata_path); st.kind == PathInfo::file && st.size <= kMaxJournal)
     in[absolute(ck.metadata_path)]["sha256"] = Sha256::of(ReadFile(ck.metadata_path).read_all());
   return in;
+}
+
+// The SHA-256 of a small local file that changes what is written when it changes (a map file, a
+// config.json whose parameters a map or the precision policy reads), or null where there is none.
+json small_file_digest(const std::string& path) {
+  const PathInfo st = path.empty() || is_remote_path(path) ? PathInfo{} : stat_path(path);
+  if (st.kind != PathInfo::file || st.size > kMaxJournal) return nullptr;
+  return Sha256::of(ReadFile(path).read_all());
+}
+
+// The config.json files the model may have read (view/model_config.h's places, the common ones):
+// --config, --assets DIR's, beside the checkpoint; and a --map FILE.
+json side_files(const WriteOptions& o, const Checkpoint& ck, const json& options) {
+  json side = json::object();
+  std::vector<std::string> paths = {o.map_config, join_path(ck.dir, "config.json"), o.map};
+  if (options.contains("assets_from") && options["assets_from"].is_string())
+    paths.push_back(join_path(options["assets_from"].get<std::string>(), "config.json"));
+  for (const std::string& p : paths)
+    if (json d = small_file_digest(p); !d.is_null()) side[absolute(p)] = d;
+  return side;
 }
 
 std::string shown(const json& v) {
@@ -111,6 +136,9 @@ json resume_plan(const WriteRequest& request, const char* command, const json& f
   p["checkpoint"] = absolute(request.ck.dir);
   p["inputs"] = inputs_of(request.ck);
   p["options"] = request.command;
+  // --assets named from another working directory is the same folder.
+  if (json& a = p["options"]["assets_from"]; a.is_string() && !a.get_ref<const std::string&>().empty())
+    a = absolute(a.get<std::string>());
   p["options"]["--dtype"] = o.cast ? torch_name(*o.cast) : "";
   p["options"]["--keep-dtype"] = o.keep_dtype;
   p["options"]["--cast-all"] = o.cast_all;
@@ -118,9 +146,10 @@ json resume_plan(const WriteRequest& request, const char* command, const json& f
   p["options"]["--exclude"] = o.selection.exclude;
   p["options"]["--select"] = o.selection.prefix;
   p["options"]["--map"] = o.map;
-  p["options"]["--config"] = o.map_config;
+  p["options"]["--config"] = o.map_config.empty() ? o.map_config : absolute(o.map_config);
   p["options"]["--manifest"] = algorithm_name(o.manifest);
   for (const auto& [k, v] : format_options.items()) p["options"][k] = v;
+  p["config_files"] = side_files(o, request.ck, p["options"]);
   p["files"] = files;
   return p;
 }
@@ -128,7 +157,7 @@ json resume_plan(const WriteRequest& request, const char* command, const json& f
 std::string plan_changes(const json& was, const json& now) {
   std::vector<std::string> out;
   // The flags first, by their names; the data files by what changed of them, not every digest.
-  for (const char* k : {"dcpctl", "command", "options", "checkpoint", "inputs", "files"}) {
+  for (const char* k : {"dcpctl", "command", "options", "checkpoint", "inputs", "config_files", "files"}) {
     const json a = was.contains(k) ? was[k] : json(), b = now.contains(k) ? now[k] : json();
     if (a == b) continue;
     if (std::string(k) == "files" && a.is_object() && b.is_object()) {

@@ -20,7 +20,9 @@
 // 2^-32; `--manifest sha256` for a cryptographic digest).
 //
 // The plan: dcpctl's version; the checkpoint's path and the identity of every file it was opened
-// from (size and modification time; the `.metadata`, or the index, also by its SHA-256); every
+// from (size and modification time; the `.metadata`, or the index, also by its SHA-256), and the
+// SHA-256 of the config.json files a map or the precision policy may read (--config, --assets
+// DIR's, the checkpoint's) and of a --map FILE; every
 // option that changes the output's bytes (the command's agreed options, the format's own options
 // such as --outtype, the manifest's algorithm); and each data file's name with the SHA-256 of its
 // header (safetensors header, GGUF header: tensor names, dtypes, shapes and offsets, and a GGUF's
