@@ -343,6 +343,9 @@ json execute(const WriteRequest& request, OutputWriter& writer) {
   // size and save id that differ.
   if (group) group->agree("plan", plan_digest(job.plan, job.deal));
   if (o.dry_run) {
+    if (journal && o.resume && o.note)
+      o.note("--resume: the plan is the stopped run's; its " + std::to_string(journal->recorded_files()) +
+             " finished file(s) in " + resume_from + " would be read again and kept where intact");
     add_dry_run_plan(job, summary);
     return summary;
   }

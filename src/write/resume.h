@@ -79,7 +79,8 @@ class ResumeJournal {
   // compared now (UsageError naming the change; InvalidError for a journal that does not parse).
   ResumeJournal(nlohmann::json plan, ManifestAlgorithm alg, std::string from);
   const std::string& from() const { return from_; }
-  const std::string& dir() const { return dir_; }  // the staging folder, once started
+  const std::string& dir() const { return dir_; }             // the staging folder, once started
+  size_t recorded_files() const { return recorded_.size(); }  // by the stopped run
   // In staging folder `dir` (a resumed one already renamed there): keeps the recorded files that
   // are as recorded, removes every other entry, and writes the journal.
   void start(const std::string& dir);

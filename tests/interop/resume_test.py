@@ -19,7 +19,9 @@ the intact file (its inode kept: not rewritten), names the torn one, writes the 
 file of the output (shards, index or split headers, manifests) is byte for byte the reference's.
 Then a run killed again and resumed with a flag changed (hf: --dtype bf16; gguf: --outtype q8_0):
 exit 2 naming the flag and its two values, nothing written; resumed as first asked: equal to the
-reference. A run stopped the same way and sent SIGTERM: the handler leaves the two finished files
+reference. An error once every shard is finished (hf: the --assets folder's tokenizer.json removed while the
+run is stopped at its assets-copy failpoint: exit 4) keeps the shards and names them; the file put
+back, --resume keeps all six and writes the reference. A run stopped the same way and sent SIGTERM: the handler leaves the two finished files
 (and the journal) and removes the rest; --resume keeps both and writes the reference. --resume with
 no stopped run: exit 2; into a single file or a folder of one shard: exit 5.
 Exit status: 0 pass, 1 failure, 77 skip (torch or gguf missing; a failure under CI, tests/skip.py).
@@ -228,8 +230,42 @@ def case(name: str) -> None:
         r = run([*cmd, "--resume"])
         expect_rc(r, EXIT_USAGE, f"{name}: --resume with no stopped run", "--resume", "no stopped run")
         check(not outputs(work, c["out"]), f"{name}: --resume with no stopped run wrote nothing")
+        if name == "hf":
+            failed_copy(work, ref)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def failed_copy(work: Path, ref: dict[str, bytes]) -> None:
+    """An error after every shard is finished (a tokenizer file gone when the assets are copied,
+    exit 4): the finished shards are kept and named; with the file back, --resume keeps all six
+    and writes only the folder's other files."""
+    assets = work / "assets-copy"
+    shutil.copytree(FIX / "ckpt", assets)
+    out = work / "model"
+    cmd = [DCPCTL, "consolidate", str(FIX / "dcp"), "-o", f"{out}/", "--max-shard-size", "6KB", "--assets", str(assets),
+           "-q"]
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                         env=dict(os.environ, DCPCTL_FAILPOINT="assets-copy:stop"))
+    deadline = time.time() + 60
+    while time.time() < deadline and p.poll() is None and proc_state(p.pid) != "T":
+        time.sleep(0.005)
+    if not check(p.poll() is None, "failed copy: the run stopped at assets-copy"):
+        return
+    saved = (assets / "tokenizer.json").read_bytes()
+    (assets / "tokenizer.json").unlink()
+    p.send_signal(signal.SIGCONT)
+    _, err = p.communicate(timeout=60)
+    check(p.returncode == 4 and "kept 6 finished file(s)" in err and "--resume" in err,
+          f"failed copy: exit {p.returncode} (want 4) naming the 6 finished files kept: {err.strip()[:400]}")
+    check(not out.exists() and staging(work, "model/") is not None, "failed copy: no output, the staging folder kept")
+    (assets / "tokenizer.json").write_bytes(saved)
+    r = run([*cmd, "--resume", "--json"])
+    if expect_rc(r, EXIT_OK, "failed copy: --resume"):
+        res = json.loads(r.stdout)["resume"]
+        check(len(res["kept"]) == 6 and res["written"] == [], f"failed copy: --resume kept {res['kept']}, wrote "
+                                                              f"{res['written']}")
+        same_files(outputs(work, "model/"), ref, "failed copy resumed")
 
 
 def single_file() -> None:
