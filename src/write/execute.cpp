@@ -256,8 +256,32 @@ std::unique_ptr<ResumeJournal> open_journal(const WriteJob& job, const OutputWri
   if (o.resume && from.empty())
     throw UsageError(Where(o.output), std::string("--resume: no stopped run of this output to finish (no ") +
                                           kResumeJournal + " in a dead run's temporary folder beside it)");
-  return std::make_unique<ResumeJournal>(resume_plan(job.request, writer.name(), files["options"], files["files"]),
-                                         o.manifest, from);
+  auto journal = std::make_unique<ResumeJournal>(
+      resume_plan(job.request, writer.name(), files["options"], files["files"]), o.manifest, from);
+  if (o.dry_run && o.resume && o.note)
+    o.note("--resume: the plan is the stopped run's; its " + std::to_string(journal->recorded_files()) +
+           " finished file(s) in " + from + " would be read again and kept where intact");
+  return journal;
+}
+
+// A failed run that finished files of a journaled output kept them: the error says where.
+void name_kept_files(Error& e, const ResumeJournal* journal, const std::string& output) {
+  if (journal && journal->finished_files())
+    e.add_leftover("kept " + std::to_string(journal->finished_files()) + " finished file(s) of " + output + " in " +
+                   journal->dir() + ": the same command with --resume writes only the rest");
+}
+
+// An object-storage output's uploads (store/upload.h): a failure anywhere aborts those this
+// process started and deletes the objects it completed; they are its output only once the run
+// committed. Null for a local output.
+std::unique_ptr<UploadSession> open_uploads(const WriteJob& job) {
+  const WriteOptions& o = job.request.o;
+  if (!is_remote(o.output)) return nullptr;
+  const size_t me = static_cast<size_t>(job.me);
+  auto uploads = std::make_unique<UploadSession>(job.deal.part_size[me], job.deal.part_buffers[me]);
+  // What a SIGKILL would leave open, recorded for the next run (write/leftovers.h).
+  if (std::string journal = upload_journal_name(o.output); !journal.empty()) uploads->journal_in(journal, o.output);
+  return uploads;
 }
 
 // What the lanes share while they write.
@@ -343,9 +367,6 @@ json execute(const WriteRequest& request, OutputWriter& writer) {
   // size and save id that differ.
   if (group) group->agree("plan", plan_digest(job.plan, job.deal));
   if (o.dry_run) {
-    if (journal && o.resume && o.note)
-      o.note("--resume: the plan is the stopped run's; its " + std::to_string(journal->recorded_files()) +
-             " finished file(s) in " + resume_from + " would be read again and kept where intact");
     add_dry_run_plan(job, summary);
     return summary;
   }
@@ -357,16 +378,7 @@ json execute(const WriteRequest& request, OutputWriter& writer) {
   HashWrites hashing(!group, o.manifest);
   const std::vector<HashPart> hash_parts = declare_planned_tensors(job.plan);
   MemoryGate gate(job.deal.gate_bytes(me));
-  // An object-storage output's uploads (store/upload.h): a failure anywhere aborts those this
-  // process started and deletes the objects it completed; they are its output only once the run
-  // committed.
-  std::unique_ptr<UploadSession> uploads;
-  if (is_remote(o.output)) {
-    uploads = std::make_unique<UploadSession>(job.deal.part_size[static_cast<size_t>(me)],
-                                              job.deal.part_buffers[static_cast<size_t>(me)]);
-    // What a SIGKILL would leave open, recorded for the next run (write/leftovers.h).
-    if (std::string journal = upload_journal_name(o.output); !journal.empty()) uploads->journal_in(journal, o.output);
-  }
+  const std::unique_ptr<UploadSession> uploads = open_uploads(job);
   job.uploads = uploads.get();
   WriteProgress prog(job.plan.total_bytes, o.progress);
   // A zstd source chunk read for several records is decoded once (item/decoded_chunks.h).
@@ -392,9 +404,7 @@ json execute(const WriteRequest& request, OutputWriter& writer) {
   } catch (Error& e) {
     if (uploads)
       for (std::string& l : uploads->discard()) e.add_leftover(std::move(l));
-    if (journal && journal->finished_files())
-      e.add_leftover("kept " + std::to_string(journal->finished_files()) + " finished file(s) of " + o.output + " in " +
-                     journal->dir() + ": the same command with --resume writes only the rest");
+    name_kept_files(e, journal.get(), o.output);
     throw;
   } catch (...) {
     if (uploads) uploads->discard();  // what it could not undo is lost with a failure that is not an Error
