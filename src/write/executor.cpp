@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <optional>
 
@@ -76,7 +77,9 @@ void Executor::write(const Deal& deal, int me, FileSink& files) {
   }
 }
 
-void Executor::write_rank_files(const std::vector<size_t>& files, FileSink& sink) {
+void Executor::write_rank_files(const std::vector<size_t>& dealt, FileSink& sink) {
+  std::vector<size_t> files;  // those a stopped run did not finish
+  std::copy_if(dealt.begin(), dealt.end(), std::back_inserter(files), [&](size_t f) { return !sink.kept(f); });
   // The uses of chunks that cannot be read in place (zstd), announced up front: a source that
   // decodes one for several target chunks keeps it until the last (item/decoded_chunks.h).
   for (size_t f : files)
@@ -100,6 +103,7 @@ void Executor::write_rank_files(const std::vector<size_t>& files, FileSink& sink
       prog.add(plan.records[ri].out_bytes);
     }
     out->commit();
+    sink.written(files[i], *out);
   });
 }
 

@@ -229,6 +229,7 @@ void OutputFile::pwrite_all(const void* data, size_t n, uint64_t offset) {
 }
 
 void OutputFile::hash_part(const HashPart& p, uint64_t offset, uint64_t n) {
+  if (keep_parts_) parts_.emplace_back(p, offset);
   if (hash_) hash_->add_part(p, offset, n);
 }
 
@@ -436,8 +437,7 @@ OutputDir::~OutputDir() {
 }
 
 void OutputDir::keep_when_stopped() {
-  if (keep_ || remote_) return;
-  keep_ = true;
+  if (remote_ || keep_.exchange(true)) return;  // once, whichever lane comes first
   release(slot_);
   slot_ = -1;
 }

@@ -19,10 +19,12 @@
 
 #include <fcntl.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "store/file.h"
@@ -69,6 +71,10 @@ class OutputFile {
   // While writes are hashed: bytes [offset, offset + n), about to be written, are part `p` of a
   // tensor whose digest the manifest records (write/tensor_hash.h).
   void hash_part(const HashPart& p, uint64_t offset, uint64_t n);
+  // From now on the parts hash_part locates are kept (one thread writes the file: a DCP rank file),
+  // for located_parts(): a journaled file kept by a later run locates them again (write/resume.h).
+  void keep_located_parts() { keep_parts_ = true; }
+  const std::vector<std::pair<HashPart, uint64_t>>& located_parts() const { return parts_; }
   // From now on a write past the hashed prefix waits its turn (WriteHash::take_turns).
   void take_hash_turns();
   // Every write done: staged appends written, and, while writes are hashed (write/write_hash.h),
@@ -107,6 +113,8 @@ class OutputFile {
   std::unique_ptr<WriteHash> hash_;  // the file's SHA-256 as written (write/write_hash.h)
   bool digested_ = false;
   FileDigest digest_;
+  bool keep_parts_ = false;
+  std::vector<std::pair<HashPart, uint64_t>> parts_;  // part, offset
 
   OutputFile() = default;
 };
@@ -144,7 +152,7 @@ class OutputDir {
   std::string final_, tmp_;
   bool committed_ = false;
   bool remote_ = false;
-  bool keep_ = false;
+  std::atomic<bool> keep_{false};  // set by the lanes that finish files
   UploadSession* uploads_ = nullptr;
   int slot_ = -1;
 };

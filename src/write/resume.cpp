@@ -223,11 +223,21 @@ std::optional<FileDigest> ResumeJournal::kept_digest(const std::string& name) co
   return FileDigest{r.value("size", uint64_t{0}), r.value("digest", "")};
 }
 
-void ResumeJournal::finished(const std::string& name, const FileDigest& d) {
+json ResumeJournal::kept_extra(const std::string& name) const {
+  return kept(name) ? files_.at(name).value("extra", json()) : json();
+}
+
+void ResumeJournal::finished(const std::string& name, const FileDigest& d, const json& extra) {
   std::lock_guard<std::mutex> lock(mu_);
   files_[name] = {{"size", d.size}, {"digest", d.hex}};
+  if (!extra.is_null()) files_[name]["extra"] = extra;
   written_.push_back(name);
   write_locked();
+}
+
+void ResumeJournal::rewrote(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  written_.push_back(name);
 }
 
 size_t ResumeJournal::finished_files() const {

@@ -11,7 +11,7 @@
 //    "plan_digest": "<SHA-256 of the plan's JSON>",
 //    "plan": {...},                                    what the output's bytes depend on (below)
 //    "algorithm": "crc32" | "sha256",                  the manifest's (--manifest)
-//    "files": {"<name>": {"size": N, "digest": "<hex>"}}}
+//    "files": {"<name>": {"size": N, "digest": "<hex>", "extra": {...}}}}   extra: the format's
 //
 // The journal is rewritten whole (a temporary, fsync, rename) after each finished file, so it is
 // always one of its complete versions. A file's digest is the one the manifest records, computed
@@ -86,8 +86,13 @@ class ResumeJournal {
   void start(const std::string& dir);
   bool kept(const std::string& name) const { return kept_.count(name) != 0; }
   std::optional<FileDigest> kept_digest(const std::string& name) const;
-  // File `name` of the folder is complete under its own name (any thread).
-  void finished(const std::string& name, const FileDigest& d);
+  // File `name` of the folder is complete under its own name (any thread); `extra`: what the
+  // format needs of a kept file beside its bytes (a DCP rank file: where each chunk landed).
+  void finished(const std::string& name, const FileDigest& d, const nlohmann::json& extra = nullptr);
+  nlohmann::json kept_extra(const std::string& name) const;  // null where none
+  // File `name` was written again and is not journaled (a DCP checkpoint's rank 0 file): said in
+  // the summary only.
+  void rewrote(const std::string& name);
   size_t finished_files() const;
   // Before the manifest: the journal is not part of the output.
   void remove();
