@@ -248,9 +248,11 @@ std::unique_ptr<ResumeJournal> open_journal(const WriteJob& job, const OutputWri
   const json files = writer.journal_files(job);
   if (files.is_null()) {
     if (o.resume)
-      throw UnsupportedError(Where(o.output),
-                             "--resume goes with an output of several files (a Hugging Face folder DIR/, a GGUF "
-                             "split by --split-max-size or --split-max-tensors)");
+      throw UnsupportedError(
+          Where(o.output),
+          "--resume goes with an output of several files (a Hugging Face folder DIR/ of several shards, a "
+          "GGUF split by --split-max-size or --split-max-tensors, a DCP checkpoint of several rank "
+          "files not in a folder of its own)");
     return nullptr;
   }
   if (o.resume && from.empty())

@@ -1,8 +1,8 @@
-// Resumable multi-file outputs (consolidate --resume): the journal a run keeps of the files it has
-// finished, and finding the one a stopped run left.
+// Resumable multi-file outputs (consolidate, reshard and cast --resume): the journal a run keeps
+// of the files it has finished, and finding the one a stopped run left.
 //
 // A multi-file output written to the local filesystem by one process (a Hugging Face folder of
-// shards, a split GGUF) is staged in one folder, this process's temporary for the output
+// shards, a split GGUF, a DCP checkpoint's rank files) is staged in one folder, this process's temporary for the output
 // (write/leftovers.h: `.<name>.dcpctl-tmp-<pid>-<start>@<host>`). Each data file is written there
 // under a temporary name of its own and, as soon as its last byte is written, synced and renamed
 // to its own name inside the folder and recorded in the folder's journal, `.dcpctl-resume.json`:

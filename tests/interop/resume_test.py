@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """consolidate --resume (write/resume.h; docs/commands.md, "Resuming a stopped run").
 
-Usage: resume_test.py DCPCTL FIXTURES [CASE ...]   (cases: hf, gguf; default both)
+Usage: resume_test.py DCPCTL FIXTURES [CASE ...]   (cases: hf, gguf, reshard; default all)
 
 Each case writes a multi-file output of a fixture written by real software:
   hf    tests/fixtures/layouts/hf_transformers (a tiny Llama saved by transformers' Trainer through
@@ -10,7 +10,12 @@ Each case writes a multi-file output of a fixture written by real software:
   gguf  tests/fixtures/layouts/titan_qwen3_gguf (REAL torchtitan 0.3.0's Qwen 3, --map
         torchtitan-qwen3, with the real Qwen2 tokenizer tools/gguf_oracle.py rebuilds, as
         gguf_trainers_test.py) into a GGUF split 4 ways (--split-max-tensors 6), gguf-py's GGUFReader
-        reading the result (split.no / split.count / split.tensors.count, every tensor).
+        reading the result (split.no / split.count / split.tensors.count, every tensor);
+  reshard  tests/fixtures/sample/ckpt (FSDP2 over 2 ranks, dcp.save) resharded to 4 rank files
+        (-w 4 --threads 1), stopped once __2_0.distcp is finished (rank 0's file, which holds the
+        non-tensor items, is never kept: journaled __1_0 and __2_0); .metadata compared as torch
+        reads it (its save_id is random in every run, as torch's, and the manifest digests it),
+        dcp.load of the result equal to the uninterrupted run's, verify --checksum passing.
 For each: an uninterrupted run (the reference); a run stopped by its failpoint once its second
 file is finished (DCPCTL_FAILPOINT finished/NAME:stop) and killed with SIGKILL: no output under
 the final name, the staging folder with its journal recording the finished files; the first
@@ -54,14 +59,25 @@ FIX = FIXTURES / "layouts" / "hf_transformers"
 
 TITAN = FIXTURES / "layouts" / "titan_qwen3_gguf"
 
+SAMPLE = FIXTURES / "sample" / "ckpt"
+
+# stop: the data file at whose finish the run is stopped; journaled: those the journal then records
+# (a DCP checkpoint's rank 0 file, which holds the non-tensor items, is written again by every
+# run); torn, intact: the journaled file cut short and the one kept.
 CASES = {
-    "hf": dict(src=FIX / "dcp", out="model/", args=["--max-shard-size", "6KB", "--threads", "1", "--assets",
-                                                     str(FIX / "ckpt")], files=6,
+    "hf": dict(cmd="consolidate", src=FIX / "dcp", out="model/",
+               args=["--max-shard-size", "6KB", "--threads", "1", "--assets", str(FIX / "ckpt")], files=6,
+               stop=1, journaled=[0, 1], torn=0, intact=1,
                changed=(["--dtype", "bf16"], "--dtype", "(none)", '"bfloat16"')),
-    "gguf": dict(src=TITAN / "run" / "step-2", out="tiny.gguf", args=["--map", "torchtitan-qwen3",
-                                                                      "--split-max-tensors", "6"], files=4,
+    "gguf": dict(cmd="consolidate", src=TITAN / "run" / "step-2", out="tiny.gguf",
+                 args=["--map", "torchtitan-qwen3", "--split-max-tensors", "6"], files=4,
+                 stop=1, journaled=[0, 1], torn=0, intact=1,
                  changed=(["--outtype", "q8_0"], "--outtype", "(none)", '"q8_0"')),
+    "reshard": dict(cmd="reshard", src=SAMPLE, out="resh/", args=["-w", "4", "--threads", "1"], files=4,
+                    stop=2, journaled=[1, 2], torn=1, intact=2,
+                    changed=(["--dtype", "bf16"], "--dtype", "(none)", '"bfloat16"')),
 }
+DATA = (".safetensors", ".gguf", ".distcp")
 
 
 def gguf_assets(work: Path) -> list[str]:
@@ -114,14 +130,45 @@ def staging(work: Path, out: str) -> Path | None:
 
 
 def same_files(got: dict[str, bytes], want: dict[str, bytes], what: str) -> None:
+    """Every file byte for byte the uninterrupted run's; a DCP checkpoint's .metadata (whose save_id
+    is random in every run, as torch's) read by torch and equal but for it, and its manifest
+    (which digests it) left to verify."""
     check(sorted(got) == sorted(want), f"{what}: files {sorted(got)}, want {sorted(want)}")
     for name in sorted(set(got) & set(want)):
+        if ".metadata" in got and name in (".metadata", "dcpctl-manifest.json"):
+            continue
         check(got[name] == want[name], f"{what}: {name} is byte for byte the uninterrupted run's")
+    if ".metadata" in got and ".metadata" in want:
+        import pickle  # torch's own classes (torch.distributed.checkpoint.metadata), as its reader unpickles them
+        a, b = (pickle.loads(x) for x in (got[".metadata"], want[".metadata"]))
+        check(a.state_dict_metadata == b.state_dict_metadata and a.storage_data == b.storage_data,
+              f"{what}: .metadata (read by torch's classes) is the uninterrupted run's")
+
+
+def dcp_tensors(path: Path) -> dict:
+    """Every tensor of a DCP checkpoint, as torch's dcp.load reads it."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+    md = dcp.FileSystemReader(str(path)).read_metadata()
+    sd = {k: torch.empty(v.size, dtype=v.properties.dtype) for k, v in md.state_dict_metadata.items()
+          if isinstance(v, TensorStorageMetadata)}
+    dcp.load(sd, checkpoint_id=str(path), no_dist=True)
+    return sd
+
+
+def same_checkpoint(got: Path, want: Path, what: str) -> None:
+    """dcp.load of the resumed checkpoint gives the uninterrupted run's tensors; verify --checksum
+    passes (its manifest's file and tensor digests)."""
+    a, b = dcp_tensors(got), dcp_tensors(want)
+    check(sorted(a) == sorted(b) and all(torch.equal(a[k], b[k]) for k in a),
+          f"{what}: dcp.load gives the uninterrupted run's {len(b)} tensors")
+    r = run(DCPCTL, "verify", "--checksum", got)
+    expect_rc(r, EXIT_OK, f"{what}: verify --checksum of the resumed checkpoint")
 
 
 def clear(work: Path, out: str) -> None:
     for p in list(work.iterdir()):
-        if p.name != "assets" and (p.name.startswith(out.rstrip("/").rsplit(".", 1)[0]) or
+        if p.name not in ("assets", "reference") and (p.name.startswith(out.rstrip("/").rsplit(".", 1)[0]) or
                                    p.name.startswith("." + out.rstrip("/"))):
             shutil.rmtree(p) if p.is_dir() else p.unlink()
 
@@ -147,17 +194,17 @@ def read_gguf_split(work: Path, names: list[str], n: int, what: str) -> None:
 
 def kill_after_second(cmd: list[str], work: Path, c: dict, ref_names: list[str], what: str,
                       sig: int = signal.SIGKILL) -> Path | None:
-    """A run killed once its second data file is finished: the staging folder, checked."""
-    data = [n for n in ref_names if n.endswith((".safetensors", ".gguf"))]
-    if not stop_and_kill(cmd, f"finished/{data[1]}:stop", what, sig):
+    """A run killed once its data file `stop` is finished: the staging folder, checked."""
+    data = [n for n in ref_names if n.endswith(DATA)]
+    if not stop_and_kill(cmd, f"finished/{data[c['stop']]}:stop", what, sig):
         return None
     check(not outputs(work, c["out"]), f"{what}: nothing under the final name after the kill")
     st = staging(work, c["out"])
     if not check(st is not None, f"{what}: one staging folder left ({sorted(os.listdir(work))})"):
         return None
     journal = json.loads((st / ".dcpctl-resume.json").read_text())
-    check(sorted(journal["files"]) == data[:2], f"{what}: the journal records {sorted(journal['files'])}, want "
-                                                f"{data[:2]}")
+    want = [data[i] for i in c["journaled"]]
+    check(sorted(journal["files"]) == want, f"{what}: the journal records {sorted(journal['files'])}, want {want}")
     return st
 
 
@@ -167,19 +214,22 @@ def case(name: str) -> None:
     try:
         out = str(work / c["out"])
         extra = gguf_assets(work) if name == "gguf" else []
-        cmd = [DCPCTL, "consolidate", str(c["src"]), "-o", out, *c["args"], *extra, "-q"]
+        cmd = [DCPCTL, c["cmd"], str(c["src"]), "-o", out, *c["args"], *extra, "-q"]
         r = run(cmd)
         if not expect_rc(r, EXIT_OK, f"{name}: uninterrupted run"):
             return
         ref = outputs(work, c["out"])
-        data = [n for n in ref if n.endswith((".safetensors", ".gguf"))]
+        if c["cmd"] == "reshard":
+            shutil.copytree(work / c["out"].rstrip("/"), work / "reference")
+        data = [n for n in ref if n.endswith(DATA)]
+        journaled = [data[i] for i in c["journaled"]]
         check(len(data) == c["files"], f"{name}: the uninterrupted run wrote {len(data)} data files, want {c['files']}")
         clear(work, c["out"])
 
         st = kill_after_second(cmd, work, c, list(ref), f"{name} killed")
         if st is None:
             return
-        torn, intact = data[0], data[1]
+        torn, intact = data[c["torn"]], data[c["intact"]]
         with open(st / torn, "r+b") as f:
             f.truncate((st / torn).stat().st_size - 100)
         inode = (st / intact).stat().st_ino
@@ -189,8 +239,8 @@ def case(name: str) -> None:
         res = json.loads(r.stdout)["resume"]
         check(res["kept"] == [intact], f"{name}: --resume kept {res['kept']}, want [{intact}]")
         check(res["torn"] == [torn], f"{name}: --resume found {res['torn']} torn, want [{torn}]")
-        check(sorted(res["written"]) == sorted([torn, *data[2:]]),
-              f"{name}: --resume wrote {sorted(res['written'])}, want {sorted([torn, *data[2:]])}")
+        check(sorted(res["written"]) == sorted(set(data) - {intact}),
+              f"{name}: --resume wrote {sorted(res['written'])}, want {sorted(set(data) - {intact})}")
         got = outputs(work, c["out"])
         same_files(got, ref, f"{name} resumed")
         kept_at = (work / c["out"].rstrip("/") / intact) if c["out"].endswith("/") else work / intact
@@ -198,6 +248,8 @@ def case(name: str) -> None:
         check(staging(work, c["out"]) is None, f"{name}: no staging folder after the resumed run")
         if name == "gguf":
             read_gguf_split(work, data, len(data), f"{name} resumed")
+        if c["cmd"] == "reshard":
+            same_checkpoint(work / c["out"].rstrip("/"), work / "reference", f"{name} resumed")
         clear(work, c["out"])
 
         # A flag that changes the bytes: refused, naming it and its two values; nothing written.
@@ -218,12 +270,13 @@ def case(name: str) -> None:
         st = kill_after_second(cmd, work, c, list(ref), f"{name} terminated", signal.SIGTERM)
         if st is None:
             return
-        check(sorted(n for n in os.listdir(st) if not n.startswith(".dcpctl-resume")) == data[:2],
-              f"{name}: after SIGTERM the folder holds {sorted(os.listdir(st))}, want the 2 finished files")
+        finished = data[:c["stop"] + 1]
+        check(sorted(n for n in os.listdir(st) if not n.startswith(".dcpctl-resume")) == finished,
+              f"{name}: after SIGTERM the folder holds {sorted(os.listdir(st))}, want the finished {finished}")
         r = run([*cmd, "--resume", "--json"])
         if expect_rc(r, EXIT_OK, f"{name}: --resume after SIGTERM"):
-            check(json.loads(r.stdout)["resume"]["kept"] == data[:2], f"{name}: --resume after SIGTERM kept "
-                                                                      f"{json.loads(r.stdout)['resume']['kept']}")
+            check(json.loads(r.stdout)["resume"]["kept"] == journaled, f"{name}: --resume after SIGTERM kept "
+                                                                       f"{json.loads(r.stdout)['resume']['kept']}")
             same_files(outputs(work, c["out"]), ref, f"{name} resumed after SIGTERM")
         clear(work, c["out"])
 
