@@ -40,7 +40,6 @@ std::optional<json> read_journal(const std::string& dir) {
   return j;
 }
 
-// The identity of a file the checkpoint was opened from: its size and modification time.
 // A local path made absolute (a resume from another working directory is the same input).
 std::string absolute(const std::string& path) {
   if (is_remote_path(path)) return path;
@@ -48,7 +47,8 @@ std::string absolute(const std::string& path) {
   return ::realpath(path.c_str(), buf) ? std::string(buf) : path;
 }
 
-// Local files to the nanosecond (a checkpoint saved again within the second is another one).
+// The identity of a file the checkpoint was opened from: its size and modification time, a local
+// file's to the nanosecond (a checkpoint saved again within the second is another one).
 json identity(const std::string& path) {
   struct stat st;
   if (!is_remote_path(path) && ::stat(path.c_str(), &st) == 0)
