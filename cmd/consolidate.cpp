@@ -179,11 +179,11 @@ int run_consolidate(const ConsolidateCliOptions& o) {
   if (o.format == "megatron") {
     // megatron-core's checkpoint is a DCP checkpoint: the reshard that writes one rank file.
     if (o.lora != "keep" || !o.quantize.empty() || !o.max_shard_size.empty() || !o.assets.empty() || o.flat ||
-        o.keep_unsafe || o.parallel_write)
+        o.keep_unsafe || o.parallel_write || o.resume)
       throw UsageError(Where(o.output),
                        "--format megatron writes megatron-core's torch_dist checkpoint: --lora, --quantize, "
                        "--max-shard-size, --assets (give the map's config with --config), --flat, "
-                       "--keep-unsafe-values and --parallel-write do not apply");
+                       "--keep-unsafe-values, --parallel-write and --resume do not apply");
     return run_megatron_output(o, o.iteration);
   }
   if (o.iteration >= 0) throw UsageError(Where(), "--iteration goes with --format megatron");
@@ -217,6 +217,21 @@ int run_consolidate(const ConsolidateCliOptions& o) {
   }
   return 0;
 }
+
+namespace {
+
+// What a run does with its output and what it prints: --force, --resume, --dry-run, --quiet, --json.
+void add_run_flags(CLI::App* sub, ConsolidateCliOptions& o) {
+  sub->add_flag("-f,--force", o.force, "Replace an existing output");
+  sub->add_flag("--resume", o.resume,
+                "DIR/ of several shards or split .gguf output: finish a stopped run (killed, failed, full disk), "
+                "keeping the files it finished that are intact; refused if anything that changes the output changed");
+  sub->add_flag("-n,--dry-run", o.dry_run, "Print the plan (keys, files, bytes) and write nothing");
+  sub->add_flag("-q,--quiet", o.quiet, "No progress or notes on stderr");
+  sub->add_flag("--json", o.json, "Print a JSON summary on stdout");
+}
+
+}  // namespace
 
 void setup_consolidate(CLI::App& parent, RunFn& run) {
   auto o = std::make_shared<ConsolidateCliOptions>();
@@ -307,10 +322,7 @@ void setup_consolidate(CLI::App& parent, RunFn& run) {
       ->check(CLI::IsMember({"fused", "per-expert"}))
       ->type_name("LAYOUT");
   add_quantize_options(sub, *o);
-  sub->add_flag("-f,--force", o->force, "Replace an existing output");
-  sub->add_flag("-n,--dry-run", o->dry_run, "Print the plan (keys, files, bytes) and write nothing");
-  sub->add_flag("-q,--quiet", o->quiet, "No progress or notes on stderr");
-  sub->add_flag("--json", o->json, "Print a JSON summary on stdout");
+  add_run_flags(sub, *o);
   add_dist_options(sub, o->dist, true);
   sub->add_flag(
       "--parallel-write", o->parallel_write,

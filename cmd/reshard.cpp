@@ -129,6 +129,9 @@ static void common_options(CLI::App* sub, const std::shared_ptr<ReshardCliOption
       ->type_name("N");
   add_megatron_target_options(sub, *o);
   sub->add_flag("-f,--force", o->force, "Replace an existing output directory");
+  sub->add_flag("--resume", o->resume,
+                "Finish a stopped run (killed, failed, full disk) of several rank files, keeping those it finished "
+                "that are intact (rank 0's is written again); refused if anything that changes the output changed");
   sub->add_flag("-n,--dry-run", o->dry_run, "Print the plan per target rank and write nothing");
   sub->add_flag("-q,--quiet", o->quiet, "No summary on stderr");
   sub->add_flag("--json", o->json, "Print a JSON summary on stdout");

@@ -32,6 +32,7 @@ void to_write_options(const WriteCliOptions& c, WriteOptions& w, ProgressLine& l
   if (!c.max_memory.empty()) w.max_memory = parse_size(c.max_memory, "--max-memory");
   w.force = c.force;
   w.dry_run = c.dry_run;
+  w.resume = c.resume;
   // --json prints the plan's every piece, written as text (write/execute.h: dump_summary); the text
   // dry run prints the records only.
   if (c.dry_run) w.plan_report = c.json ? WriteOptions::PlanReport::Rendered : WriteOptions::PlanReport::Keys;

@@ -22,6 +22,7 @@ struct WriteCliOptions {
   std::vector<std::string> quantize_skip;
   bool cast_all = false;
   bool force = false, dry_run = false, quiet = false, json = false;
+  bool resume = false;  // consolidate's --resume (write/resume.h)
   unsigned threads = 4;
   DistOptions dist;
   // --format megatron of a Hugging Face model for a Megatron-LM run (write/run.h's MegatronTarget).

@@ -42,13 +42,17 @@
 #include "meta/pieces.h"
 #include "plan/memory.h"
 #include "store/file.h"
+#include "util/failpoint.h"
 #include "util/numeric.h"
 #include "util/parallel.h"
+#include "util/sha256.h"
 #include "view/kernels.h"
 #include "write/executor.h"
 #include "write/formats/consolidated.h"
 #include "write/output.h"
+#include "write/resume.h"
 #include "write/run.h"
+#include "write/write_hash.h"
 
 namespace dcpctl {
 
@@ -223,10 +227,24 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
                              "DeepseekV2Model reads it)");
   }
 
+  // A split written by one process to local files is staged in one folder and journaled
+  // (write/resume.h): each shard renamed to its name there once complete, those a stopped run
+  // finished kept.
   std::string set_up(WriteJob& job) override {
     std::string list;
+    if (job.journal) {
+      staging_ = std::make_unique<OutputDir>(o_.output, nullptr, job.journal->from());
+      job.journal->start(staging_->temp_path());
+    }
     for (size_t f = 0; f < headers_.size(); ++f) {
-      outs_.push_back(std::make_unique<OutputFile>(paths_[f], job.uploads));
+      const std::string path = staging_ ? staging_->path_of(base_name(paths_[f])) : paths_[f];
+      if (staging_ && job.journal->kept(base_name(paths_[f]))) {
+        staging_->keep_when_stopped();
+        record_written_digest(path, *job.journal->kept_digest(base_name(paths_[f])), 0);
+        outs_.push_back(nullptr);
+        continue;
+      }
+      outs_.push_back(std::make_unique<OutputFile>(path, job.uploads));
       outs_[f]->reserve(headers_[f].size() + data_bytes_[f]);
       outs_[f]->append(headers_[f].data(), headers_[f].size());
       list += outs_[f]->temp_path() + "\n";
@@ -234,10 +252,21 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
     return list;
   }
 
+  json journal_files(const WriteJob& job) const override {
+    (void)job;
+    if (paths_.size() < 2) return nullptr;
+    json files = json::object(), options = json::object();
+    for (size_t f = 0; f < paths_.size(); ++f)
+      files[base_name(paths_[f])] = Sha256::of(std::string(headers_[f].begin(), headers_[f].end()));
+    for (const auto& [flag, value] : o_.format_options) options[flag] = value;
+    return {{"files", files}, {"options", options}};
+  }
+
   // Every shard complete before the first is renamed: each one's manifest beside it, then the
   // renames, in order; should one fail, the shards already renamed are removed again, so that no
   // incomplete set is left under the final names (the rest are removed as temporaries).
-  void commit(WriteJob&) override {
+  void commit(WriteJob& job) override {
+    if (staging_) return commit_staged(job);
     for (auto& out : outs_)
       if (seal && !out->remote()) {
         out->finish_writes();
@@ -434,10 +463,13 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
     // it is appended: with --io direct past the page cache, each full block of the append window
     // written in the background while the next window is encoded (write/output.h's stage_appends).
     if (ex.direct_io)
-      for (auto& out : outs_) out->stage_appends(kAppendWindow);
+      for (auto& out : outs_)
+        if (out) out->stage_appends(kAppendWindow);
     for (size_t k = 0; k < plans_.size(); ++k) {
       const gguf::TensorPlan& tp = plans_[k];
       const size_t f = shard_[k];
+      if (k > 0 && shard_[k - 1] != f && outs_[shard_[k - 1]]) end_shard(job, shard_[k - 1]);
+      if (!outs_[f]) continue;  // kept from a stopped run (write/resume.h)
       pad_to(*outs_[f], headers_[f].size() + offsets_[k]);
       auto put = [&](const std::vector<uint8_t>& enc) {
         outs_[f]->append(enc.data(), enc.size());
@@ -492,12 +524,45 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
       }
       float_windows(ex, plan, md, tp, units, put);
     }
-    for (size_t f = 0; f < outs_.size(); ++f) pad_to(*outs_[f], headers_[f].size() + data_bytes_[f]);
+    if (!shard_.empty() && outs_[shard_.back()]) end_shard(job, shard_.back());
+    for (size_t f = 0; f < outs_.size(); ++f)
+      if (outs_[f] && !staging_) pad_to(*outs_[f], headers_[f].size() + data_bytes_[f]);
   }
 
   OutputFile& file(size_t f) override { return *outs_[f < outs_.size() ? f : 0]; }
 
  private:
+  // A journaled split: every shard in the staging folder, the journal removed, each shard's manifest
+  // beside its final name, then the shards moved out in order (put back should one fail).
+  void commit_staged(WriteJob& job) {
+    for (auto& out : outs_)
+      if (out) out->commit();
+    job.journal->remove();
+    std::vector<std::string> staged;
+    for (const std::string& p : paths_) staged.push_back(staging_->path_of(base_name(p)));
+    for (size_t f = 0; f < paths_.size() && seal; ++f) seal(staged[f], paths_[f]);
+    for (size_t f = 0; f < paths_.size(); ++f) {
+      if (::rename(staged[f].c_str(), paths_[f].c_str()) == 0) continue;
+      const int e = errno;
+      for (size_t g = 0; g < f; ++g) ::rename(paths_[g].c_str(), staged[g].c_str());
+      throw IoError(Where(paths_[f]), "cannot rename " + staged[f] + " into place: " + errno_text(e));
+    }
+    staging_->dissolve();
+  }
+
+  // Shard `f` written to its end: padded, and where journaled, renamed in the staging folder and
+  // recorded (write/resume.h).
+  void end_shard(WriteJob& job, size_t f) {
+    pad_to(*outs_[f], headers_[f].size() + data_bytes_[f]);
+    if (!staging_) return;
+    outs_[f]->commit();
+    std::optional<FileDigest> d = outs_[f]->digest();
+    if (!d) d = digest_files(outs_[f]->final_path(), 1, nullptr, nullptr, o_.manifest).begin()->second;
+    job.journal->finished(base_name(paths_[f]), *d);
+    staging_->keep_when_stopped();
+    failpoint_stop(("finished/" + base_name(paths_[f])).c_str());  // tests: killed with this shard finished
+  }
+
   // A tensor of float inputs: each input in turn (a layer's stacked experts: one after another), a
   // window of whole `units` of its first dimension at a time: read, made float32, moved as the
   // converter moves its rows, encoded, handed to `put` after the window before. The buffers are
@@ -671,7 +736,8 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
   std::vector<std::string> paths_;  // each shard's final path (one: the output's)
   std::vector<std::vector<uint8_t>> headers_;
   std::vector<uint64_t> data_bytes_;
-  std::vector<std::unique_ptr<OutputFile>> outs_;
+  std::vector<std::unique_ptr<OutputFile>> outs_;  // null: a shard kept from a stopped run
+  std::unique_ptr<OutputDir> staging_;             // a journaled split's (write/resume.h)
 };
 
 }  // namespace

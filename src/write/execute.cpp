@@ -21,6 +21,7 @@
 #include "write/leftovers.h"
 #include "write/manifest.h"
 #include "write/output.h"
+#include "write/resume.h"
 #include "write/write_hash.h"
 
 namespace dcpctl {
@@ -29,23 +30,41 @@ using nlohmann::json;
 
 namespace {
 
+// The stopped run --resume finishes ("": none, refused once the output is known to be one that
+// resumes); without --resume, what is lost is said.
+std::string stopped_run(const WriteOptions& o) {
+  const std::optional<StoppedRun> stopped = find_stopped_run(o.output);
+  if (o.resume) return stopped ? stopped->dir : std::string();
+  if (stopped && stopped->files && o.note)
+    o.note("a stopped run left " + std::to_string(stopped->files) + " finished file(s) of this output in " +
+           stopped->dir + "; without --resume they are removed and written again");
+  return {};
+}
+
 // Rank 0 refuses an output the run would refuse (it exists and no --force; it lies inside the
 // checkpoint) before anything else. Under torchrun it does so before any rank connects, and the
 // others learn of the refusal, with its exit code, at the command agreement (had they started
-// connecting to a rank 0 that is gone, they would end with an I/O error).
-void check_output(const WriteRequest& request, OutputWriter& writer, bool leader) {
-  if (!leader) return;
+// connecting to a rank 0 that is gone, they would end with an I/O error). Returns the stopped run's
+// folder --resume takes over (write/resume.h), else "".
+std::string check_output(const WriteRequest& request, OutputWriter& writer, bool leader) {
+  if (!leader) return {};
+  const WriteOptions& o = request.o;
   try {
-    check_output_path(request.o.output, request.o.force, request.ck.dir);
+    check_output_path(o.output, o.force, request.ck.dir);
     writer.check(request);
+    if (o.resume && (o.group || is_remote(o.output)))
+      throw UnsupportedError(Where(o.output), std::string("--resume finishes a local output written by one process; ") +
+                                                  (o.group ? "not under torchrun" : "not in object storage"));
     // What a killed run (SIGKILL: no handler ran) left for this output: write/leftovers.h.
-    if (!is_remote(request.o.output))
-      clear_dead_temporaries(request.o.output, request.o.dry_run, request.o.note);
-    else
-      clear_dead_uploads(request.o.output, request.o.dry_run, request.o.note);
+    if (is_remote(o.output)) {
+      clear_dead_uploads(o.output, o.dry_run, o.note);
+      return {};
+    }
+    const std::string resume_from = stopped_run(o);
+    clear_dead_temporaries(o.output, o.dry_run, o.note, resume_from);
+    return resume_from;
   } catch (const std::exception& e) {
-    if (request.o.group)
-      request.o.group->announce("agree/command", std::string("rank 0 failed: ") + e.what(), exit_code_of(e));
+    if (o.group) o.group->announce("agree/command", std::string("rank 0 failed: ") + e.what(), exit_code_of(e));
     throw;
   }
 }
@@ -221,6 +240,52 @@ void seal_with_manifest(OutputWriter& writer, const WriteJob& job, json& summary
   };
 }
 
+// The journal of a multi-file output written here by one process (write/resume.h), compared with
+// the stopped run's (`from`) under --resume; null for any other output.
+std::unique_ptr<ResumeJournal> open_journal(const WriteJob& job, const OutputWriter& writer, const std::string& from) {
+  const WriteOptions& o = job.request.o;
+  if (job.group || is_remote(o.output)) return nullptr;
+  const json files = writer.journal_files(job);
+  if (files.is_null()) {
+    if (o.resume)
+      throw UnsupportedError(
+          Where(o.output),
+          "--resume goes with an output of several files (a Hugging Face folder DIR/ of several shards, a "
+          "GGUF split by --split-max-size or --split-max-tensors, a DCP checkpoint of several rank "
+          "files not in a folder of its own)");
+    return nullptr;
+  }
+  if (o.resume && from.empty())
+    throw UsageError(Where(o.output), std::string("--resume: no stopped run of this output to finish (no ") +
+                                          kResumeJournal + " in a dead run's temporary folder beside it)");
+  auto journal = std::make_unique<ResumeJournal>(
+      resume_plan(job.request, writer.name(), files["options"], files["files"]), o.manifest, from);
+  if (o.dry_run && o.resume && o.note)
+    o.note("--resume: the plan is the stopped run's; its " + std::to_string(journal->recorded_files()) +
+           " finished file(s) in " + from + " would be read again and kept where intact");
+  return journal;
+}
+
+// A failed run that finished files of a journaled output kept them: the error says where.
+void name_kept_files(Error& e, const ResumeJournal* journal, const std::string& output) {
+  if (journal && journal->finished_files())
+    e.add_leftover("kept " + std::to_string(journal->finished_files()) + " finished file(s) of " + output + " in " +
+                   journal->dir() + ": the same command with --resume writes only the rest");
+}
+
+// An object-storage output's uploads (store/upload.h): a failure anywhere aborts those this
+// process started and deletes the objects it completed; they are its output only once the run
+// committed. Null for a local output.
+std::unique_ptr<UploadSession> open_uploads(const WriteJob& job) {
+  const WriteOptions& o = job.request.o;
+  if (!is_remote(o.output)) return nullptr;
+  const size_t me = static_cast<size_t>(job.me);
+  auto uploads = std::make_unique<UploadSession>(job.deal.part_size[me], job.deal.part_buffers[me]);
+  // What a SIGKILL would leave open, recorded for the next run (write/leftovers.h).
+  if (std::string journal = upload_journal_name(o.output); !journal.empty()) uploads->journal_in(journal, o.output);
+  return uploads;
+}
+
 // What the lanes share while they write.
 struct WriteShared {
   MemoryGate& gate;
@@ -268,7 +333,7 @@ json execute(const WriteRequest& request, OutputWriter& writer) {
   Group* group = o.group;
   const int me = group ? group->rank() : 0, world = group ? group->size() : 1;
   const bool leader = me == 0;
-  check_output(request, writer, leader);
+  const std::string resume_from = check_output(request, writer, leader);
   if (group) agree_on_command(*group, request, writer.name());
 
   // ---- plan: what is written, then who does what; everything refused before a byte is written ----
@@ -298,6 +363,8 @@ json execute(const WriteRequest& request, OutputWriter& writer) {
   reader.expect(items_read(job, exchange));
   json summary = plan_summary(job);
   writer.planned(job, summary);
+  const std::unique_ptr<ResumeJournal> journal = open_journal(job, writer, resume_from);
+  job.journal = journal.get();
   // The same plan on every rank: the command was agreed on; this catches two .metadata of one
   // size and save id that differ.
   if (group) group->agree("plan", plan_digest(job.plan, job.deal));
@@ -313,16 +380,7 @@ json execute(const WriteRequest& request, OutputWriter& writer) {
   HashWrites hashing(!group, o.manifest);
   const std::vector<HashPart> hash_parts = declare_planned_tensors(job.plan);
   MemoryGate gate(job.deal.gate_bytes(me));
-  // An object-storage output's uploads (store/upload.h): a failure anywhere aborts those this
-  // process started and deletes the objects it completed; they are its output only once the run
-  // committed.
-  std::unique_ptr<UploadSession> uploads;
-  if (is_remote(o.output)) {
-    uploads = std::make_unique<UploadSession>(job.deal.part_size[static_cast<size_t>(me)],
-                                              job.deal.part_buffers[static_cast<size_t>(me)]);
-    // What a SIGKILL would leave open, recorded for the next run (write/leftovers.h).
-    if (std::string journal = upload_journal_name(o.output); !journal.empty()) uploads->journal_in(journal, o.output);
-  }
+  const std::unique_ptr<UploadSession> uploads = open_uploads(job);
   job.uploads = uploads.get();
   WriteProgress prog(job.plan.total_bytes, o.progress);
   // A zstd source chunk read for several records is decoded once (item/decoded_chunks.h).
@@ -348,12 +406,14 @@ json execute(const WriteRequest& request, OutputWriter& writer) {
   } catch (Error& e) {
     if (uploads)
       for (std::string& l : uploads->discard()) e.add_leftover(std::move(l));
+    name_kept_files(e, journal.get(), o.output);
     throw;
   } catch (...) {
     if (uploads) uploads->discard();  // what it could not undo is lost with a failure that is not an Error
     throw;
   }
   writer.finish(job, summary);
+  if (journal && o.resume) summary["resume"] = journal->summary();
   if (decoded) summary["chunk_decodes"] = decoded->decodes();
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   summary["seconds"] = secs;

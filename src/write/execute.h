@@ -38,6 +38,7 @@
 namespace dcpctl {
 
 class Group;
+class ResumeJournal;
 
 // The views a write's options ask for (view/model.h: --select, --dtype, --lora, --map), built once
 // by the command that builds the request (the same on every rank: .metadata, the map and the
@@ -74,6 +75,9 @@ struct WriteJob {
   int me = 0;
   bool leader = true;
   UploadSession* uploads = nullptr;  // an object-storage output's (store/upload.h)
+  // A multi-file output's journal (write/resume.h): its files kept from a stopped run, and those
+  // finished; null where the output is not journaled.
+  ResumeJournal* journal = nullptr;
 };
 
 class OutputWriter {
@@ -98,6 +102,13 @@ class OutputWriter {
   // Every rank, once planned: what the format derives from the plan (collective calls allowed
   // when `!dry_run`), and its part of the summary.
   virtual void planned(WriteJob& job, nlohmann::json& summary) = 0;
+  // Once planned, for a local output written by one process: where the format's output is several
+  // data files it journals (write/resume.h), {"files": {name: its header's SHA-256}, "options":
+  // {the format's own options}}; null where it is not (one file), and --resume is refused.
+  virtual nlohmann::json journal_files(const WriteJob& job) const {
+    (void)job;
+    return nullptr;
+  }
   // Rank 0: creates the outputs under temporary names; returns what the other ranks need.
   virtual std::string set_up(WriteJob& job) = 0;
   // Every rank: writes its share; `set_up` is what rank 0's set_up returned.

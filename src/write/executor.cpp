@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <optional>
 
@@ -76,7 +77,9 @@ void Executor::write(const Deal& deal, int me, FileSink& files) {
   }
 }
 
-void Executor::write_rank_files(const std::vector<size_t>& files, FileSink& sink) {
+void Executor::write_rank_files(const std::vector<size_t>& dealt, FileSink& sink) {
+  std::vector<size_t> files;  // those a stopped run did not finish
+  std::copy_if(dealt.begin(), dealt.end(), std::back_inserter(files), [&](size_t f) { return !sink.kept(f); });
   // The uses of chunks that cannot be read in place (zstd), announced up front: a source that
   // decodes one for several target chunks keeps it until the last (item/decoded_chunks.h).
   for (size_t f : files)
@@ -100,6 +103,7 @@ void Executor::write_rank_files(const std::vector<size_t>& files, FileSink& sink
       prog.add(plan.records[ri].out_bytes);
     }
     out->commit();
+    sink.written(files[i], *out);
   });
 }
 
@@ -373,6 +377,7 @@ void Executor::write_at_offsets(const std::vector<Task>& tasks, int me, unsigned
     }
     offsets_task(task, files, scratch);
     if (admit) files.task_end(i);
+    files.task_done(task);
   };
   // Lanes take turns at a hashed file's prefix only where every lane can hold its largest buffer at
   // once: a lane waiting its turn holds its buffer, and the lane whose turn it is must not wait for
@@ -409,7 +414,10 @@ void Executor::write_at_offsets(const std::vector<Task>& tasks, int me, unsigned
       if (!src.ordered()) {
         for (size_t g; !failed && (g = next++) < groups.size();) {
           const TaskGroup& group = groups[g];
-          if (group.shared && shared_group(tasks, mine, group.begin, group.end, files, scratch, limit)) continue;
+          if (group.shared && shared_group(tasks, mine, group.begin, group.end, files, scratch, limit)) {
+            for (size_t k = group.begin; k < group.end; ++k) files.task_done(tasks[mine[k]]);
+            continue;
+          }
           for (size_t k = group.begin; k < group.end && !failed; ++k) one(mine[k], scratch);
         }
         return;

@@ -56,6 +56,15 @@ class FileSink {
   }
   virtual void lead(size_t f, OutputFile& out, StreamWindow& win) { (void)f, (void)out, (void)win; }
   virtual void placed(size_t record, uint64_t offset, uint64_t length) { (void)record, (void)offset, (void)length; }
+  // RankFiles: planned file `f` is kept from a stopped run and not written; file `f` was written
+  // and committed (write/resume.h).
+  virtual bool kept(size_t f) const {
+    (void)f;
+    return false;
+  }
+  virtual void written(size_t f, OutputFile& out) { (void)f, (void)out; }
+  // AtOffsets: `task` is written (any lane; a journaled output finishes a file after its last).
+  virtual void task_done(const Task& task) { (void)task; }
 
   // AtOffsets into object storage: the files upload their parts through `uploads`, the job's
   // session (store/upload.h), which admits the tasks; for local files (no session) these do nothing.

@@ -273,11 +273,12 @@ void remove_leftover(const Leftover& l) {
 }
 
 void clear_dead_temporaries(const std::string& final_path, bool dry_run,
-                            const std::function<void(const std::string&)>& note) {
+                            const std::function<void(const std::string&)>& note, const std::string& keep) {
   auto say = [&](const std::string& s) {
     if (note) note(s);
   };
   for (const Leftover& l : find_leftovers(final_path)) {
+    if (l.path == keep) continue;
     if (!l.removable()) {
       say(l.describe());
       continue;

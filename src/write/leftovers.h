@@ -86,8 +86,9 @@ void remove_leftover(const Leftover& l);
 // Before a run writes `final_path`: removes the removable leftovers for it and says so through
 // `note`, and names the others (`dry_run`: says what it would remove, removes nothing). A removal
 // that fails is named too, and the run goes on.
+// `keep`: a leftover this run resumes (write/resume.h), left where it is.
 void clear_dead_temporaries(const std::string& final_path, bool dry_run,
-                            const std::function<void(const std::string&)>& note);
+                            const std::function<void(const std::string&)>& note, const std::string& keep = "");
 
 // The same for an object-storage output (`s3://`, `gs://`): aborts the uploads dead runs left open
 // under it and deletes their records, names the others' (see above). Failures are named and the

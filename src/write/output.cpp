@@ -229,6 +229,7 @@ void OutputFile::pwrite_all(const void* data, size_t n, uint64_t offset) {
 }
 
 void OutputFile::hash_part(const HashPart& p, uint64_t offset, uint64_t n) {
+  if (keep_parts_) parts_.emplace_back(p, offset);
   if (hash_) hash_->add_part(p, offset, n);
 }
 
@@ -377,6 +378,7 @@ void OutputFile::reserve(uint64_t size) {
 }
 
 void OutputFile::commit() {
+  if (committed_ && !up_) return;
   if (up_) {
     up_->commit();
     committed_ = true;
@@ -401,7 +403,7 @@ void OutputFile::commit() {
   committed_ = true;
 }
 
-OutputDir::OutputDir(std::string final_path, UploadSession* uploads)
+OutputDir::OutputDir(std::string final_path, UploadSession* uploads, const std::string& adopt)
     : final_(std::move(final_path)), uploads_(uploads) {
   while (final_.size() > 1 && final_.back() == '/') final_.pop_back();
   if (is_remote(final_)) {
@@ -416,7 +418,12 @@ OutputDir::OutputDir(std::string final_path, UploadSession* uploads)
   }
   tmp_ = temp_name(final_);
   slot_ = claim(tmp_, 3);
-  if (::mkdir(tmp_.c_str(), 0755) != 0) {
+  if (!adopt.empty() && ::rename(adopt.c_str(), tmp_.c_str()) != 0) {
+    int e = errno;
+    release(slot_);
+    throw IoError(Where(adopt), "cannot take over the stopped run's folder as " + tmp_ + ": " + errno_text(e));
+  }
+  if (adopt.empty() && ::mkdir(tmp_.c_str(), 0755) != 0) {
     int e = errno;
     release(slot_);
     throw IoError(Where(tmp_), "cannot create directory: " + errno_text(e));
@@ -425,8 +432,20 @@ OutputDir::OutputDir(std::string final_path, UploadSession* uploads)
 }
 
 OutputDir::~OutputDir() {
-  if (!committed_ && !remote_) remove_tree(tmp_);
+  if (!committed_ && !remote_ && !keep_) remove_tree(tmp_);
   release(slot_);
+}
+
+void OutputDir::keep_when_stopped() {
+  if (remote_ || keep_.exchange(true)) return;  // once, whichever lane comes first
+  release(slot_);
+  slot_ = -1;
+}
+
+void OutputDir::dissolve() {
+  if (remote_) return;
+  if (::rmdir(tmp_.c_str()) != 0) throw IoError(Where(tmp_), "cannot remove the staging folder: " + errno_text(errno));
+  committed_ = true;
 }
 
 std::string OutputDir::path_of(const std::string& name) const {

@@ -19,9 +19,12 @@
 
 #include <fcntl.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "store/file.h"
@@ -68,14 +71,21 @@ class OutputFile {
   // While writes are hashed: bytes [offset, offset + n), about to be written, are part `p` of a
   // tensor whose digest the manifest records (write/tensor_hash.h).
   void hash_part(const HashPart& p, uint64_t offset, uint64_t n);
+  // From now on the parts hash_part locates are kept (one thread writes the file: a DCP rank file),
+  // for located_parts(): a journaled file kept by a later run locates them again (write/resume.h).
+  void keep_located_parts() { keep_parts_ = true; }
+  const std::vector<std::pair<HashPart, uint64_t>>& located_parts() const { return parts_; }
   // From now on a write past the hashed prefix waits its turn (WriteHash::take_turns).
   void take_hash_turns();
   // Every write done: staged appends written, and, while writes are hashed (write/write_hash.h),
   // the file's digest recorded (a single-file output's manifest is written before the file is
   // renamed). commit() calls it.
   void finish_writes();
-  // fsync + rename onto the final name (replacing an existing file).
+  // fsync + rename onto the final name (replacing an existing file); once committed, nothing.
   void commit();
+  // The file's digest as written (write/write_hash.h), once finish_writes() took it; nullopt
+  // where writes are not hashed.
+  std::optional<FileDigest> digest() const { return digested_ ? std::optional<FileDigest>(digest_) : std::nullopt; }
   const std::string& final_path() const { return final_; }
   const std::string& temp_path() const { return tmp_; }
   int fd() const { return fd_; }
@@ -103,6 +113,8 @@ class OutputFile {
   std::unique_ptr<WriteHash> hash_;  // the file's SHA-256 as written (write/write_hash.h)
   bool digested_ = false;
   FileDigest digest_;
+  bool keep_parts_ = false;
+  std::vector<std::pair<HashPart, uint64_t>> parts_;  // part, offset
 
   OutputFile() = default;
 };
@@ -117,13 +129,20 @@ inline uint8_t* direct_place(uint8_t* aligned_buf, uint64_t offset) {
 // directory on commit.
 class OutputDir {
  public:
-  // An object-storage folder's files upload through `uploads`, the job's session.
-  explicit OutputDir(std::string final_path, UploadSession* uploads = nullptr);
+  // An object-storage folder's files upload through `uploads`, the job's session. `adopt`: a stopped
+  // run's temporary folder (write/resume.h), renamed to this one's instead of a new one made.
+  explicit OutputDir(std::string final_path, UploadSession* uploads = nullptr, const std::string& adopt = "");
   ~OutputDir();
   OutputDir(const OutputDir&) = delete;
   OutputDir& operator=(const OutputDir&) = delete;
   std::string path_of(const std::string& name) const;  // inside the temporary directory
   void commit();
+  // From now on the temporary folder outlives a failure and SIGINT/SIGTERM (it holds finished
+  // files a --resume keeps: write/resume.h).
+  void keep_when_stopped();
+  // The folder is only a place to stage files that went elsewhere (a split GGUF's shards): it is
+  // removed, empty, and is no output of its own.
+  void dissolve();
   const std::string& final_path() const { return final_; }
   const std::string& temp_path() const { return tmp_; }
   bool remote() const { return remote_; }
@@ -133,6 +152,7 @@ class OutputDir {
   std::string final_, tmp_;
   bool committed_ = false;
   bool remote_ = false;
+  std::atomic<bool> keep_{false};  // set by the lanes that finish files
   UploadSession* uploads_ = nullptr;
   int slot_ = -1;
 };

@@ -61,6 +61,9 @@ struct WriteOptions {
   bool cast_all = false;
   bool force = false;    // replace an existing output
   bool dry_run = false;  // plan and check the output, write nothing
+  // --resume: a stopped run's multi-file output is finished, its finished files kept
+  // (write/resume.h).
+  bool resume = false;
   // What a dry run's summary holds of the plan (write/execute.h): `plan` and `deal` as JSON
   // (Tree); the records without their pieces (Keys: the text dry run); or both already rendered as
   // their text in `summary.dump(2)` (Rendered: print it with dump_summary()).

@@ -58,8 +58,9 @@ MODE is one of:
             every input file unchanged; no temporary left.
   signals   SLOW. A ~300 MB checkpoint written by real torch (dcp.save, 2 ranks); reshard / cast
             runs killed with SIGTERM and SIGINT while writing: the process dies of the signal, no
-            output directory, no temporary, input unchanged; the same over an existing OUTDIR with
-            --force: the old OUTDIR intact.
+            output directory, no temporary (but, once a rank file is finished, the staging folder
+            --resume takes over: its journal and only finished files), input unchanged; the same
+            over an existing OUTDIR with --force: the old OUTDIR intact.
   memory    parallel target ranks under the buffer budget: a zstd-compressed single-chunk 768 MiB
             tensor resharded to 2 ranks with the default budget, 8 -> 2 ranks with a cast and a
             tight --max-memory, 8 -> 3 without a cast: each must finish within 90 s (no deadlock),
@@ -1177,6 +1178,16 @@ def _big_worker(rank: int, world: int, port: int, out: str, mb: int) -> None:
     dist.destroy_process_group()
 
 
+def resumable(folder: Path) -> bool:
+    """A stopped run's staging folder: its journal records finished files, and it holds only them."""
+    try:
+        files = json.loads((folder / ".dcpctl-resume.json").read_text())["files"]
+    except (OSError, ValueError, KeyError):
+        return False
+    held = sorted(x for x in os.listdir(folder) if x != ".dcpctl-resume.json")
+    return bool(files) and set(files) <= set(held) and all(not x.startswith(".") for x in held)
+
+
 def mode_signals(tmp: Path) -> None:
     import torch.multiprocessing as mp
 
@@ -1230,7 +1241,13 @@ def mode_signals(tmp: Path) -> None:
                     check(p.returncode == -sig,
                           f"{what}: exit status {p.returncode}, want death by {sig.name}: {err.decode()[:200]}")
                     after = sorted(os.listdir(work))
-                    check(after == listing, f"{what}: directory listing {listing} -> {after}")
+                    # A rank file finished before the signal: the run's staging folder is kept for
+                    # --resume (write/resume.h), with its journal and only the finished files.
+                    kept = [x for x in after if x not in listing and resumable(work / x)]
+                    check(sorted(set(after) - set(kept)) == listing, f"{what}: directory listing {listing} -> {after}")
+                    for x in kept:
+                        print(f"  {what}: kept {x} for --resume ({sorted(os.listdir(work / x))})")
+                        shutil.rmtree(work / x)
                     if existing:
                         check(not (not target.is_dir() or sorted(os.listdir(target)) != ["mine.txt"] or \
                                 (target / "mine.txt").read_text() != "old output"), f"{what}: the old OUTDIR was changed")

@@ -16,6 +16,8 @@
 #include "dist/group.h"
 #include "item/item_reader.h"
 #include "plan/format.h"
+#include "util/failpoint.h"
+#include "util/sha256.h"
 #include "view/codecs/quantized.h"
 #include "write/assets.h"
 #include "write/dcp_metadata.h"
@@ -24,8 +26,10 @@
 #include "write/output.h"
 #include "write/pickler.h"
 #include "write/reshard.h"
+#include "write/resume.h"
 #include "write/stream.h"
 #include "write/torch_save.h"
+#include "write/write_hash.h"
 
 namespace dcpctl {
 
@@ -76,9 +80,29 @@ class DcpCheckpoint final : public OutputWriter, FileSink {
     describe_metadata(job);
   }
 
-  // Rank 0 makes the temporary directory every process writes into.
+  // The rank files of a checkpoint written by one process are journaled (write/resume.h), each
+  // by the records it holds; not in a folder of its own (--iteration), which the journal's
+  // folder would not hold whole.
+  json journal_files(const WriteJob& job) const override {
+    const WritePlan& plan = job.plan;
+    if (!extra_.subdir.empty() || plan.files.size() < 2) return nullptr;
+    json files = json::object();
+    for (const PlannedFile& f : plan.files) {
+      json records = json::array();
+      for (size_t ri : f.records) {
+        const Record& r = plan.records[ri];
+        records.push_back(
+            {plan.tensors[r.tensor].key, torch_name(plan.tensors[r.tensor].dst), r.box.offsets, r.box.sizes});
+      }
+      files[f.name] = Sha256::of(records.dump());
+    }
+    return {{"files", files}, {"options", json::object()}};
+  }
+
+  // Rank 0 makes the temporary directory every process writes into (taking over a stopped run's).
   std::string set_up(WriteJob& job) override {
-    dir_ = std::make_unique<OutputDir>(o_.output, job.uploads);
+    dir_ = std::make_unique<OutputDir>(o_.output, job.uploads, job.journal ? job.journal->from() : "");
+    if (job.journal) keep_finished(job);
     if (!extra_.subdir.empty() && !dir_->remote() && ::mkdir(dir_->path_of(extra_.subdir).c_str(), 0755) != 0)
       throw IoError(Where(dir_->path_of(extra_.subdir)),
                     std::string("cannot create the checkpoint's folder: ") + std::strerror(errno));
@@ -123,6 +147,7 @@ class DcpCheckpoint final : public OutputWriter, FileSink {
       meta.append(pkl.data(), pkl.size());
       meta.commit();
     }
+    if (job.journal) job.journal->remove();        // not part of the output
     if (seal) seal(dir_->temp_path(), o_.output);  // the manifest, last
     dir_->commit();
   }
@@ -132,7 +157,47 @@ class DcpCheckpoint final : public OutputWriter, FileSink {
     throw std::logic_error("a DCP checkpoint's rank files are created by their writers");
   }
   std::unique_ptr<OutputFile> create(size_t rank) override {
-    return std::make_unique<OutputFile>(dir_path_ + "/" + inside(job_->plan.files[rank].name), job_->uploads);
+    auto out = std::make_unique<OutputFile>(dir_path_ + "/" + inside(job_->plan.files[rank].name), job_->uploads);
+    if (journal_) out->keep_located_parts();
+    return out;
+  }
+  bool kept(size_t rank) const override { return journal_ && journal_->kept(job_->plan.files[rank].name); }
+  // A journaled rank file written (write/resume.h): its digest, where its chunks landed and where
+  // its tensors' parts lie. Rank 0's, which holds the non-tensor items, is written again by a run
+  // that resumes.
+  void written(size_t rank, OutputFile& out) override {
+    if (!journal_) return;
+    const PlannedFile& f = job_->plan.files[rank];
+    if (rank == 0) return journal_->rewrote(f.name);
+    json placed = json::array(), parts = json::array();
+    for (size_t ri : f.records)
+      placed.push_back({ri, chunk_out(job_->plan, ri).offset, chunk_out(job_->plan, ri).length});
+    for (const auto& [p, at] : out.located_parts()) parts.push_back({p.tensor, p.part, at});
+    std::optional<FileDigest> d = out.digest();
+    if (!d) d = digest_files(out.final_path(), 1, nullptr, nullptr, o_.manifest).begin()->second;
+    journal_->finished(f.name, *d, {{"placed", placed}, {"parts", parts}});
+    dir_->keep_when_stopped();
+    failpoint_stop(("finished/" + f.name).c_str());  // tests: killed with this file finished
+  }
+  // The rank files a stopped run finished: kept as they are, their chunks' places and tensor parts
+  // as it recorded them, their digests the manifest's.
+  void keep_finished(WriteJob& job) {
+    journal_ = job.journal;
+    journal_->start(dir_->temp_path());
+    for (const PlannedFile& f : job.plan.files) {
+      if (!journal_->kept(f.name)) continue;
+      const std::string path = dir_->path_of(f.name);
+      const json extra = journal_->kept_extra(f.name);
+      for (const json& p : extra.at("placed")) {
+        MetaChunkOut& mc = chunk_out(job.plan, p.at(0).get<size_t>());
+        mc.offset = p.at(1).get<uint64_t>();
+        mc.length = p.at(2).get<uint64_t>();
+      }
+      for (const json& p : extra.at("parts"))
+        locate_part(HashPart{p.at(0).get<std::string>(), p.at(1).get<uint32_t>()}, path, path, p.at(2).get<uint64_t>());
+      record_written_digest(path, *journal_->kept_digest(f.name), 0);
+      dir_->keep_when_stopped();
+    }
   }
   std::string inside(const std::string& name) const {
     return extra_.subdir.empty() ? name : extra_.subdir + "/" + name;
@@ -239,7 +304,8 @@ class DcpCheckpoint final : public OutputWriter, FileSink {
   std::vector<size_t> part_;  // a record's index among its tensor's chunks
   std::unique_ptr<OutputDir> dir_;
   const WriteJob* job_ = nullptr;
-  std::string dir_path_;  // rank 0's temporary directory
+  std::string dir_path_;              // rank 0's temporary directory
+  ResumeJournal* journal_ = nullptr;  // a journaled checkpoint's (write/resume.h)
 };
 
 }  // namespace

@@ -8,6 +8,7 @@
 // writer opens the shards dealt to it in rank 0's temporary folder (a shared filesystem).
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -22,6 +23,8 @@ class SafetensorsFiles : public ConsolidatedWriter, protected FileSink {
   using ConsolidatedWriter::ConsolidatedWriter;
   std::string set_up(WriteJob& job) override;
   void commit(WriteJob& job) override;
+  // A folder of several shards is journaled (write/resume.h); one file is not.
+  nlohmann::json journal_files(const WriteJob& job) const override;
 
  protected:
   void plan_files(WriteJob& job, nlohmann::json& summary) override;
@@ -41,11 +44,19 @@ class SafetensorsFiles : public ConsolidatedWriter, protected FileSink {
   virtual std::map<std::string, std::string> metadata() const { return {{"format", "pt"}}; }
 
   OutputFile& file(size_t f) override { return *outs_[f]; }
+  void task_done(const Task& task) override;
   uint64_t data_start(size_t f) const override { return headers_[f].size(); }
 
   std::vector<std::string> headers_;
-  std::unique_ptr<OutputDir> dir_;  // a folder format's
-  std::vector<std::unique_ptr<OutputFile>> outs_;
+  std::unique_ptr<OutputDir> dir_;                 // a folder format's
+  std::vector<std::unique_ptr<OutputFile>> outs_;  // null: a file kept from a stopped run
+
+ private:
+  Deal journaled_deal(WriteJob& job, const Executor& ex);
+  void finish_file(size_t f);
+  ResumeJournal* journal_ = nullptr;  // set while a journaled folder is written
+  const WritePlan* plan_ = nullptr;
+  std::unique_ptr<std::atomic<size_t>[]> left_;  // each file's tasks still to write
 };
 
 // The part buffers of files written at offsets: the tasks under way (as many as lanes) leave at
