@@ -266,8 +266,15 @@ std::unique_ptr<ResumeJournal> open_journal(const WriteJob& job, const OutputWri
   return journal;
 }
 
-// A failed run that finished files of a journaled output kept them: the error says where.
+// A failed run that finished files of a journaled output kept them: the error says where. Only
+// for a failure of the output's I/O (a full disk, a lost mount: exit 4), which a second run may not
+// meet; damaged input (exit 3) or a refusal would stop a --resume at the same place, so the staging
+// folder goes as any failed run's does and nothing is left behind.
 void name_kept_files(Error& e, const ResumeJournal* journal, const std::string& output) {
+  if (journal && !journal->dir().empty() && e.exit_code() != ExitCode::io) {
+    remove_tree(journal->dir());
+    return;
+  }
   if (journal && journal->finished_files())
     e.add_leftover("kept " + std::to_string(journal->finished_files()) + " finished file(s) of " + output + " in " +
                    journal->dir() + ": the same command with --resume writes only the rest");
