@@ -10,6 +10,7 @@
 #include <algorithm>
 
 #include "store/file.h"
+#include "util/build_id.h"
 #include "util/error.h"
 #include "util/sha256.h"
 #include "write/execute.h"
@@ -131,7 +132,10 @@ std::optional<StoppedRun> find_stopped_run(const std::string& output) {
 json resume_plan(const WriteRequest& request, const char* command, const json& format_options, const json& files) {
   const WriteOptions& o = request.o;
   json p;
-  p["dcpctl"] = manifest_tool_version();
+  // The version and the build: another build of the same version (a fix between the crash and the
+  // resume) may write other bytes for the files still to come.
+  const std::string build = build_id();
+  p["dcpctl"] = manifest_tool_version() + (build.empty() ? "" : " (build " + build + ")");
   p["command"] = command;
   p["checkpoint"] = absolute(request.ck.dir);
   p["inputs"] = inputs_of(request.ck);

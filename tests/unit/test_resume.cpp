@@ -14,6 +14,7 @@
 
 #include "meta/manifest.h"
 #include "store/file.h"
+#include "util/build_id.h"
 #include "util/error.h"
 #include "write/output.h"
 #include "write/resume.h"
@@ -114,6 +115,19 @@ TEST_CASE("resume: what changed, flags first, data files without their digests")
   now = plan_with("f16");
   now["files"]["c.gguf"] = "44";
   CHECK(plan_changes(was, now) == "the data files were 2, now 3");
+}
+
+TEST_CASE("resume: the plan's dcpctl is the version and the executable's build ID") {
+  // Debian's linker writes a build ID by default (a SHA-1 of the program: 40 hex digits); a fix
+  // built between the crash and the resume is another build, so another plan.
+  const std::string id = build_id();
+  REQUIRE(id.size() == 40);
+  CHECK(id.find_first_not_of("0123456789abcdef") == std::string::npos);
+  CHECK(build_id() == id);
+  json was = plan_with("f16"), now = plan_with("f16");
+  was["dcpctl"] = "0.1.0 (build " + id + ")";
+  now["dcpctl"] = "0.1.0 (build " + std::string(40, '0') + ")";
+  CHECK_THAT(plan_changes(was, now), Catch::StartsWith("dcpctl was \"0.1.0 (build " + id));
 }
 
 TEST_CASE("resume: a journal that is not one is refused, not trusted") {
