@@ -3,6 +3,7 @@
 #include "meta/checkpoint.h"
 #include "store/file.h"
 #include "util/error.h"
+#include "view/maps/keymap.h"
 
 namespace dcpctl {
 

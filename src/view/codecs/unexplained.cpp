@@ -8,6 +8,7 @@
 #include "store/file.h"
 #include "util/error.h"
 #include "view/codecs/quantized.h"
+#include "view/maps/keymap.h"
 
 namespace dcpctl {
 
