@@ -540,7 +540,7 @@ void ConfigChecker::check_moe_sparsity() {
     const int64_t l = other.front();
     warning("moe-sparsity-per-layer", f,
             "num_experts[" + std::to_string(l) + "] is " + std::to_string(*sparsity_->num_experts[l]) +
-                (other.size() > 1 ? " (and " + std::to_string(other.size() - 1) + " more layers' differ)" : "") +
+                (other.size() > 1 ? " (and " + std::to_string(other.size() - 1) + " more layers differ)" : "") +
                 " but the model's own count is " + std::to_string(*experts) +
                 ": transformers does not read moe_sparsity_config and builds every MoE layer with " +
                 std::to_string(*experts) + " experts, so from_pretrained refuses this folder (size mismatch); "
@@ -605,7 +605,7 @@ void ConfigChecker::check_experts() {
   }
   // Where the schema holds per-expert keys that no config field counts (ERNIE-4.5-VL's text and
   // vision experts in one list), the config's count is not compared with them.
-  if (!schema_expert_count(config_) && schema_expert_count_unexplained(config_)) per_layer.clear();
+  if (!schema_expert_count(config_) && schema_expert_count_unexplained(config_)) return;
   for (const auto& [layer, ids] : per_layer) {
     const ExpertCount want = expert_count(layer + ".", *experts);
     std::vector<int64_t> missing, extra;

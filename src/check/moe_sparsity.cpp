@@ -1,8 +1,6 @@
 #include "check/moe_sparsity.h"
 
-#include <algorithm>
 #include <regex>
-#include <set>
 
 namespace dcpctl {
 
@@ -13,13 +11,6 @@ const std::vector<std::string> kExpertCountFields = {"n_routed_experts", "num_lo
 
 std::optional<int64_t> MoeSparsity::count(int64_t layer) const {
   return covers(layer) ? num_experts[static_cast<size_t>(layer)] : std::nullopt;
-}
-
-std::vector<int64_t> MoeSparsity::counts() const {
-  std::set<int64_t> s;
-  for (const auto& n : num_experts)
-    if (n) s.insert(*n);
-  return {s.begin(), s.end()};
 }
 
 namespace {

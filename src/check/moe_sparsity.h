@@ -44,8 +44,6 @@ struct MoeSparsity {
   bool covers(int64_t layer) const {
     return invalid.empty() && layer >= 0 && static_cast<size_t>(layer) < num_experts.size();
   }
-  // The distinct counts of the MoE layers, ascending.
-  std::vector<int64_t> counts() const;
 };
 
 // config.json's moe_sparsity_config, or nullopt when it has none (or it is null).

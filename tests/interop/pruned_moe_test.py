@@ -40,8 +40,9 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 from testlib import (EXIT_INVALID, EXIT_OK, EXIT_UNSUPPORTED, check, each_case, expect_rc, hf_loaded,  # noqa: E402
-                     run, same_tensor, skip_or_fail, summary)
+                     run, same_tensor, skip_or_fail, summary, tree_digest)
 
 try:
     import torch
@@ -50,6 +51,8 @@ try:
     from compressed_tensors.entrypoints.convert import MagnitudeExpertPruner, convert_checkpoint
     from compressed_tensors.quantization import QuantizationConfig
     from safetensors.torch import load_file, save_file
+
+    import quant_producers as qp
 except ImportError as e:  # the virtualenv is set up by tools/dev.sh
     skip_or_fail(f"the virtualenv's torch, transformers or compressed-tensors: {e}")
 
@@ -311,6 +314,28 @@ def tampered(dcpctl: str, m: Model, folder: Path, counts: list[int | None], tmp:
     check(not (tmp / f"{m.name}-refused").exists(), f"{m.name}: the refused consolidate left its output")
 
 
+def quantized(dcpctl: str, m: Model, src: Path, tmp: Path) -> None:
+    """Quantized (compressed-tensors' FP8_DYNAMIC, tests/interop/quant_producers.py), then pruned per
+    layer: --dtype bf16 dequantizes as compressed-tensors' own dequantizer does and keeps the counts."""
+    q = qp.ct_quantize(src, tmp / f"{m.name}-fp8", "fp8-channel")
+    per = tmp / f"{m.name}-fp8-per-layer"
+    counts = prune_per_layer(m, q, per)
+    qc = json.loads((per / "config.json").read_text())["quantization_config"]
+    check(qc.get("config_groups") and qc.get("moe_sparsity_config", {}).get("num_experts") == counts,
+          f"{m.name} fp8: the pruned folder's quantization_config keeps its groups and gains the counts: {qc}")
+    expect_verify(dcpctl, f"{m.name} fp8: pruned per layer", per, EXIT_OK, warning="moe-sparsity-per-layer")
+    out = tmp / f"{m.name}-fp8-per-layer-bf16"
+    why = "a per-layer pruned model, which transformers cannot build (the test asserts its refusal)"
+    expect_rc(run(dcpctl, "consolidate", str(per), "-o", str(out) + "/", "--dtype", "bf16", hf_partial=why), EXIT_OK,
+              f"{m.name} fp8: consolidate --dtype bf16 (dequantized)")
+    expect_same(f"{m.name} fp8: dequantized per-layer export", tensors_of(out), qp.ct_reference(per, torch.bfloat16))
+    got = json.loads((out / "config.json").read_text()).get("quantization_config")
+    kept = QuantizationConfig.model_validate(got) if got else None
+    check(kept is not None and not kept.config_groups and kept.moe_sparsity_config is not None
+          and kept.moe_sparsity_config.num_experts == counts,
+          f"{m.name} fp8: the dequantized export's quantization_config is the counts alone: {got}")
+
+
 def main() -> int:
     dcpctl = sys.argv[1]
     tmp = Path(tempfile.mkdtemp(prefix="pruned-moe-"))
@@ -337,6 +362,7 @@ def main() -> int:
             j = json.loads((per / "config.json").read_text())
             check(j.get("quantization_config", {}).get("moe_sparsity_config") == {"method": "prune", "num_experts": counts},
                   f"{m.name}: compressed-tensors wrote moe_sparsity_config {j.get('quantization_config')}")
+            before = tree_digest(per)
             expect_verify(dcpctl, f"{m.name}: pruned per layer", per, EXIT_OK, warning="moe-sparsity-per-layer")
             check_refused_by_transformers(m.name, per)
             out = tmp / f"{m.name}-per-layer-hf"
@@ -364,6 +390,11 @@ def main() -> int:
                 shutil.copytree(per, d)
                 edit_config(d, lambda c: c["quantization_config"]["moe_sparsity_config"].__setitem__("method", "novice"))
                 expect_rc(run(dcpctl, "verify", str(d)), EXIT_UNSUPPORTED, f"{m.name}: method novice", "novice")
+            if m.name == "qwen3_moe":
+                r = run(dcpctl, "consolidate", str(per), "-o", str(tmp / "per-layer.gguf"))
+                expect_rc(r, EXIT_UNSUPPORTED, f"{m.name}: a GGUF of a per-layer pruned model", "expert_count")
+                quantized(dcpctl, m, src, tmp)
+            check(tree_digest(per) == before, f"{m.name}: the per-layer folder is as the pruner wrote it")
             tampered(dcpctl, m, per, counts, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -98,7 +98,16 @@ json describe_quantization(const Checkpoint& ck) {
 std::string dequantized_config(const std::string& config_text, DType dtype) {
   json j = json::parse(config_text, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return config_text;
+  // A pruned MoE model's per-layer expert counts (compressed-tensors' moe_sparsity_config,
+  // check/moe_sparsity.h) describe the weights, not their quantization: kept, in a compressed-tensors
+  // quantization_config that quantizes nothing (QuantizationConfig(config_groups={}, moe_sparsity_config=...)).
+  json sparsity;
+  if (j.contains("quantization_config") && j["quantization_config"].is_object())
+    sparsity = j["quantization_config"].value("moe_sparsity_config", json());
   j.erase("quantization_config");
+  if (!sparsity.is_null())
+    j["quantization_config"] = {
+        {"quant_method", "compressed-tensors"}, {"config_groups", json::object()}, {"moe_sparsity_config", sparsity}};
   bool set = false;
   for (const char* k : {"torch_dtype", "dtype"})
     if (j.contains(k)) {
