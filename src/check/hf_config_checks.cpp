@@ -1,7 +1,7 @@
 #include "check/hf_config_checks.h"
 
 #include "check/hf_schema.h"
-#include "check/moe_sparsity.h"
+#include "view/moe_sparsity.h"
 #include "view/maps/keymap_terms.h"
 
 #include <algorithm>
@@ -510,7 +510,7 @@ void ConfigChecker::check_mtp(const std::set<int64_t>& present, int64_t layers, 
   }
 }
 
-// A pruned model's moe_sparsity_config itself (check/moe_sparsity.h): what compressed-tensors'
+// A pruned model's moe_sparsity_config itself (view/moe_sparsity.h): what compressed-tensors'
 // ExpertSparsityConfig validates, one entry a decoder layer, and the layers transformers, which does
 // not read it, builds with the model's own count.
 void ConfigChecker::check_moe_sparsity() {
@@ -549,7 +549,7 @@ void ConfigChecker::check_moe_sparsity() {
 }
 
 // How many experts the keys of the layer `key` is in number, by the config: the layer's entry in
-// a pruned model's moe_sparsity_config (check/moe_sparsity.h) where it has one, else the model's
+// a pruned model's moe_sparsity_config (view/moe_sparsity.h) where it has one, else the model's
 // count; through the model schema's formula (LongCat's zero experts: n_routed_experts +
 // zero_expert_num) where it has one. `dense`: the entry is null.
 ConfigChecker::ExpertCount ConfigChecker::expert_count(const std::string& key, int64_t experts) const {

@@ -8,9 +8,9 @@
 #include <set>
 #include <string_view>
 
-#include "check/moe_sparsity.h"
 #include "util/error.h"
 #include "view/maps/keymap_terms.h"
+#include "view/moe_sparsity.h"
 
 namespace dcpctl {
 
@@ -953,7 +953,7 @@ void SchemaChecker::hold(const HfTensor& t, const std::string& key, const std::s
 }
 
 // The config a key's dims are derived from: a pruned model's layer's, its experts counted by its
-// moe_sparsity_config entry (check/moe_sparsity.h: the router's rows, e_score_correction_bias and
+// moe_sparsity_config entry (view/moe_sparsity.h: the router's rows, e_score_correction_bias and
 // stacked experts are sliced with them), else config.json.
 const json& SchemaChecker::layer_config(const std::string& key) {
   const std::optional<int64_t> layer = sparsity_ ? decoder_layer(key) : std::nullopt;

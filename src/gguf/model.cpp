@@ -8,7 +8,7 @@
 #include <regex>
 #include <stdexcept>
 
-#include "check/moe_sparsity.h"
+#include "view/moe_sparsity.h"
 #include "gguf/lowbit.h"
 #include "gguf/vocab.h"
 #include "util/error.h"
@@ -726,7 +726,7 @@ std::vector<float> llama3_rope_factors(const json& config) {
 
 namespace {
 
-// A pruned model (check/moe_sparsity.h) whose layers keep other counts than config.json's `what`:
+// A pruned model (view/moe_sparsity.h) whose layers keep other counts than config.json's `what`:
 // llama.cpp reads one expert_count a model and builds every layer's stacks with it.
 void refuse_per_layer_experts(const json& config, int64_t n_experts, const char* what, const std::string& where) {
   const std::optional<MoeSparsity> s = find_moe_sparsity(config);

@@ -134,7 +134,7 @@ TEST_CASE("hf config: layers, MTP layers and experts", "[hf]") {
         std::vector<std::string>{"expert-count-mismatch"});
 }
 
-// A pruned model (check/moe_sparsity.h): each layer's experts against its moe_sparsity_config
+// A pruned model (view/moe_sparsity.h): each layer's experts against its moe_sparsity_config
 // entry, not the model's count; the folders the real pruner wrote are tests/interop/pruned_moe_test.py's.
 TEST_CASE("hf config: per-layer expert counts of a pruned model", "[hf]") {
   std::vector<HfTensor> t = llama(3);

@@ -44,6 +44,9 @@ struct MoeSparsity {
   bool covers(int64_t layer) const {
     return invalid.empty() && layer >= 0 && static_cast<size_t>(layer) < num_experts.size();
   }
+  // Whether a layer keeps another count than `config`'s own (kExpertCountFields, text_config first),
+  // or `config` has none, or this list is invalid: then only the list says the layers' counts.
+  bool differs_from(const nlohmann::json& config) const;
 };
 
 // config.json's moe_sparsity_config, or nullopt when it has none (or it is null).
