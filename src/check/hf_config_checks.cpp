@@ -1,8 +1,8 @@
 #include "check/hf_config_checks.h"
 
 #include "check/hf_schema.h"
-#include "view/moe_sparsity.h"
 #include "view/maps/keymap_terms.h"
+#include "view/moe_sparsity.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -543,7 +543,8 @@ void ConfigChecker::check_moe_sparsity() {
                 (other.size() > 1 ? " (and " + std::to_string(other.size() - 1) + " more layers differ)" : "") +
                 " but the model's own count is " + std::to_string(*experts) +
                 ": transformers does not read moe_sparsity_config and builds every MoE layer with " +
-                std::to_string(*experts) + " experts, so from_pretrained refuses this folder (size mismatch); "
+                std::to_string(*experts) +
+                " experts, so from_pretrained refuses this folder (size mismatch); "
                 "a loader that reads it (vLLM) is needed");
   }
 }
@@ -599,9 +600,9 @@ void ConfigChecker::check_experts() {
   for (const HfTensor* t : fused) {
     const ExpertCount want = expert_count(t->key, *experts);
     if (want.dense || t->shape[0] != want.numbered)
-      problem("expert-count-mismatch", t->key,
-              "a fused experts tensor of " + std::to_string(t->shape[0]) + " experts (dimension 0) but " +
-                  want.counted);
+      problem(
+          "expert-count-mismatch", t->key,
+          "a fused experts tensor of " + std::to_string(t->shape[0]) + " experts (dimension 0) but " + want.counted);
   }
   // Where the schema holds per-expert keys that no config field counts (ERNIE-4.5-VL's text and
   // vision experts in one list), the config's count is not compared with them.
@@ -616,7 +617,8 @@ void ConfigChecker::check_experts() {
     if (!missing.empty())
       problem("expert-missing", layer + ".",
               want.counted + " but expert " + list_indices(missing) + " has no tensor here");
-    if (!extra.empty()) problem("expert-count-mismatch", layer + ".", "expert " + list_indices(extra) + " is here but " + want.counted);
+    if (!extra.empty())
+      problem("expert-count-mismatch", layer + ".", "expert " + list_indices(extra) + " is here but " + want.counted);
   }
   check_pruned_layers(per_layer, fused);
 }

@@ -973,9 +973,9 @@ void SchemaChecker::check_shape(const HfTensor& t, const SchemaKey& sk) {
     return;
   }
   const json& config = layer_config(t.key);
-  const std::string from = &config == &config_ ? std::string(" from config.json")
-                                               : " from config.json, this layer's experts counted by " +
-                                                     sparsity_->field;
+  const std::string from = &config == &config_
+                               ? std::string(" from config.json")
+                               : " from config.json, this layer's experts counted by " + sparsity_->field;
   for (size_t d = 0; d < sk.dims.size() && d < t.shape.size(); ++d) {
     if (sk.dims[d].empty()) continue;
     std::optional<int64_t> want = evaluate_dims(config, sk.dims[d], s_.type);

@@ -8,10 +8,10 @@
 #include <regex>
 #include <stdexcept>
 
-#include "view/moe_sparsity.h"
 #include "gguf/lowbit.h"
 #include "gguf/vocab.h"
 #include "util/error.h"
+#include "view/moe_sparsity.h"
 
 namespace dcpctl::gguf {
 
@@ -724,23 +724,19 @@ std::vector<float> llama3_rope_factors(const json& config) {
   return out;
 }
 
-namespace {
-
-// A pruned model (view/moe_sparsity.h) whose layers keep other counts than config.json's `what`:
-// llama.cpp reads one expert_count a model and builds every layer's stacks with it.
-void refuse_per_layer_experts(const json& config, int64_t n_experts, const char* what, const std::string& where) {
+void refuse_per_layer_experts(const json& config, const std::string& where) {
   const std::optional<MoeSparsity> s = find_moe_sparsity(config);
-  if (!s) return;
-  for (size_t l = 0; l < s->num_experts.size(); ++l)
-    if (s->num_experts[l] && *s->num_experts[l] != n_experts)
-      throw UnsupportedError(Where(where, std::nullopt, s->field),
-                             "layer " + std::to_string(l) + " keeps " + std::to_string(*s->num_experts[l]) +
-                                 " experts where config.json's " + what + " is " + std::to_string(n_experts) +
-                                 ": a GGUF holds one expert_count a model (llama.cpp builds every layer with it), so "
-                                 "a model pruned to other counts per layer has no GGUF");
+  if (!s || !s->differs_from(config)) return;
+  const std::optional<int64_t> own = config_expert_count(config);
+  std::string which = s->invalid.empty() ? "" : " (" + s->invalid + ")";
+  for (size_t l = 0; l < s->num_experts.size() && which.empty(); ++l)
+    if (s->num_experts[l] && (!own || *s->num_experts[l] != *own))
+      which = ": layer " + std::to_string(l) + " keeps " + std::to_string(*s->num_experts[l]) + " experts" +
+              (own ? " where config.json counts " + std::to_string(*own) : std::string());
+  throw UnsupportedError(Where(where, std::nullopt, s->field),
+                         "a model pruned to other expert counts per layer" + which +
+                             ": a GGUF holds one expert_count a model (llama.cpp builds every layer with it)");
 }
-
-}  // namespace
 
 std::vector<TensorPlan> plan_tensors(const Arch& arch, const json& config, const std::vector<Input>& inputs,
                                      OutType out, const std::string& where) {
@@ -783,7 +779,7 @@ std::vector<TensorPlan> plan_tensors(const Arch& arch, const json& config, const
     if (!n.is_number_integer() || n.get<int64_t>() <= 0)
       throw UnsupportedError(Where(where), "a GGUF of " + arch.name + " experts needs config.json's " + what);
     n_experts = n.get<int64_t>();
-    refuse_per_layer_experts(config, n_experts, what, where);
+    refuse_per_layer_experts(config, where);
   }
   std::map<int64_t, std::map<std::pair<std::string, int64_t>, size_t>> pending;  // layer -> (proj, expert) -> input
   std::map<int64_t, std::map<std::string, size_t>> fused;  // layer -> gate_up_proj / down_proj -> input

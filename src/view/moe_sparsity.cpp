@@ -13,15 +13,19 @@ std::optional<int64_t> MoeSparsity::count(int64_t layer) const {
   return covers(layer) ? num_experts[static_cast<size_t>(layer)] : std::nullopt;
 }
 
-bool MoeSparsity::differs_from(const json& config) const {
-  if (!invalid.empty() || !config.is_object()) return true;
+std::optional<int64_t> config_expert_count(const json& config) {
+  if (!config.is_object()) return std::nullopt;
   const json* text =
       config.contains("text_config") && config["text_config"].is_object() ? &config["text_config"] : nullptr;
-  std::optional<int64_t> own;
   for (const json* j : {text, &config})
     for (const auto& f : kExpertCountFields)
-      if (!own && j && j->contains(f) && (*j)[f].is_number_integer()) own = (*j)[f].get<int64_t>();
-  if (!own) return true;
+      if (j && j->contains(f) && (*j)[f].is_number_integer()) return (*j)[f].get<int64_t>();
+  return std::nullopt;
+}
+
+bool MoeSparsity::differs_from(const json& config) const {
+  const std::optional<int64_t> own = config_expert_count(config);
+  if (!invalid.empty() || !own) return true;
   for (const auto& n : num_experts)
     if (n && *n != *own) return true;
   return false;

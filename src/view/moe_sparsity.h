@@ -49,6 +49,9 @@ struct MoeSparsity {
   bool differs_from(const nlohmann::json& config) const;
 };
 
+// config.json's own expert count: the first of kExpertCountFields it holds, text_config first.
+std::optional<int64_t> config_expert_count(const nlohmann::json& config);
+
 // config.json's moe_sparsity_config, or nullopt when it has none (or it is null).
 std::optional<MoeSparsity> find_moe_sparsity(const nlohmann::json& config);
 

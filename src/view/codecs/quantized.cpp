@@ -2,9 +2,9 @@
 
 #include "meta/checkpoint.h"
 #include "util/error.h"
-#include "view/moe_sparsity.h"
 #include "view/maps/keymap.h"
 #include "view/model_config.h"
+#include "view/moe_sparsity.h"
 
 namespace dcpctl {
 
@@ -105,8 +105,7 @@ std::string dequantized_config(const std::string& config_text, DType dtype) {
   // moe_sparsity_config=...)); where every layer's is the model's, the config says it all and
   // transformers 5.24, which fails on a compressed-tensors config without config groups, loads it.
   const std::optional<MoeSparsity> sparsity = find_moe_sparsity(j);
-  const bool per_layer =
-      sparsity && sparsity->field.rfind("quantization_config", 0) == 0 && sparsity->differs_from(j);
+  const bool per_layer = sparsity && sparsity->field.rfind("quantization_config", 0) == 0 && sparsity->differs_from(j);
   const json counts = per_layer ? j["quantization_config"]["moe_sparsity_config"] : json();
   j.erase("quantization_config");
   if (per_layer)
