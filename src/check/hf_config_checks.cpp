@@ -401,6 +401,7 @@ class ConfigChecker {
     bool dense = false;   // the layer's moe_sparsity_config entry is null
   };
   ExpertCount expert_count(const std::string& key, int64_t experts) const;
+  static ExpertCount expert_count_in(const json& config, int64_t experts, const std::string& whose);
   void check_pruned_layers(const std::map<std::string, std::set<int64_t>>& per_layer,
                            const std::vector<const HfTensor*>& fused);
   std::string effective_dtype(const std::string& d,
@@ -416,6 +417,7 @@ class ConfigChecker {
   const HfConfigView cfg_;
   const ModelSchema* schema_ = schema_for_config(config_);
   const std::optional<MoeSparsity> sparsity_ = find_moe_sparsity(config_);
+  mutable std::optional<ExpertCount> global_count_;  // expert_count of a layer the model's own count holds
   std::map<std::string, const HfTensor*> by_key_;
   std::map<std::string, std::set<int64_t>> stacks_;  // <prefix>layers.N. by prefix
   std::string base_;                                 // the main stack's prefix
@@ -554,27 +556,29 @@ void ConfigChecker::check_moe_sparsity() {
 // count; through the model schema's formula (LongCat's zero experts: n_routed_experts +
 // zero_expert_num) where it has one. `dense`: the entry is null.
 ConfigChecker::ExpertCount ConfigChecker::expert_count(const std::string& key, int64_t experts) const {
-  ExpertCount out;
-  out.counted = "the config counts ";
-  const json* config = &config_;
-  json pruned;
   const std::optional<int64_t> layer = sparsity_ ? decoder_layer(key) : std::nullopt;
-  if (layer && sparsity_->covers(*layer)) {
-    const std::string entry = sparsity_->field + ".num_experts[" + std::to_string(*layer) + "]";
-    const std::optional<int64_t> n = sparsity_->count(*layer);
-    if (!n) {
-      out.dense = true;
-      out.counted = entry + " is null (a dense layer)";
-      return out;
-    }
-    pruned = config_with_experts(config_, *n);
-    config = &pruned;
-    experts = *n;
-    out.counted = entry + " counts ";
+  if (!layer || !sparsity_->covers(*layer)) {
+    if (!global_count_) global_count_ = expert_count_in(config_, experts, "the config counts ");
+    return *global_count_;
   }
-  const std::optional<std::pair<int64_t, std::string>> saved = schema_expert_count(*config);
+  const std::string entry = sparsity_->field + ".num_experts[" + std::to_string(*layer) + "]";
+  const std::optional<int64_t> n = sparsity_->count(*layer);
+  if (!n) {
+    ExpertCount dense;
+    dense.dense = true;
+    dense.counted = entry + " is null (a dense layer)";
+    return dense;
+  }
+  return expert_count_in(config_with_experts(config_, *n), *n, entry + " counts ");
+}
+
+// The experts `config` numbers on disk (the model schema's formula, else `experts`), said after `whose`.
+ConfigChecker::ExpertCount ConfigChecker::expert_count_in(const json& config, int64_t experts,
+                                                          const std::string& whose) {
+  ExpertCount out;
+  const std::optional<std::pair<int64_t, std::string>> saved = schema_expert_count(config);
   out.numbered = saved ? saved->first : experts;
-  out.counted += std::to_string(out.numbered) + " experts";
+  out.counted = whose + std::to_string(out.numbered) + " experts";
   if (saved) out.counted += " (" + saved->second + ", as transformers saves them)";
   return out;
 }
