@@ -21,14 +21,19 @@ ExpertSparsityConfig of the counts the pruners kept (compressed-tensors' pipelin
 config.json as quantization_config.moe_sparsity_config: no producer in the virtualenv writes one).
 
 Checked: verify exits 0 on each (per-layer: warning moe-sparsity-per-layer); consolidate to an HF folder
-(and, for one model, --dtype bf16 and a single .safetensors file) writes every tensor as the pruner
-wrote it, byte for byte, and config.json's moe_sparsity_config; transformers' from_pretrained loads the
-uniform folders (no missing, unexpected or mismatched key) and the export gives the pruner output's
-logits, and refuses the per-layer ones (it builds every layer with the global count: the warning's
-claim). Tampered copies of the per-layer folders, each refused with exit 3 naming the layer: a layer's
-last expert dropped, a layer cut to the global count (experts and router rows: what a check of the
-global count passes), a stacked expert tensor sliced, the config's count of a layer changed, an MoE
-layer's entry made null, the list one entry short; method "novice" is exit 5.
+(and, for DeepSeek-V3, --dtype bf16 and a single .safetensors file) writes every tensor as the pruner
+wrote it, byte for byte (bf16: as Tensor.to, transformers' keep-in-float32 modules kept), and
+config.json's moe_sparsity_config; transformers' from_pretrained loads the uniform folders (no missing,
+unexpected or mismatched key) and the export gives the pruner output's logits, and refuses the
+per-layer ones (transformers 5.24 fails first on the compressed-tensors config without config groups;
+without it, on the size mismatch of every layer whose count is not the global one: the warning's
+claim). Qwen3-MoE also quantized first (compressed-tensors' FP8_DYNAMIC, tests/interop/quant_producers.py)
+and then pruned per layer: --dtype bf16 equals compressed-tensors' own dequantizer and keeps the
+counts; its GGUF is exit 5. Tampered copies of the per-layer folders, each refused with exit 3 naming
+the layer: a layer's last expert dropped, a layer cut to the global count (experts and router rows:
+what a check of the global count passes), a stacked expert tensor sliced, the config's count of a
+layer changed, an MoE layer's entry made null, the list one entry short (and consolidate of the
+changed count, nothing left); method "novice" is exit 5. The per-layer folder is left as written.
 """
 
 from __future__ import annotations
