@@ -172,6 +172,13 @@ TEST_CASE("hf config: per-layer expert counts of a pruned model", "[hf]") {
   CHECK(has(config_check(pruned({nullptr, 3.5, 2}), t).problems, "moe-sparsity-invalid"));
   CHECK(has(config_check(pruned({nullptr, true, 2}), t).problems, "moe-sparsity-invalid"));
   CHECK(has(config_check(pruned({nullptr, 3}), t).problems, "moe-sparsity-invalid"));
+  // A multimodal config: the language model's text_config holds it.
+  json vl = {{"text_config", pruned({nullptr, 3, 2})}};
+  CHECK(config_check(vl, t).problems.empty());
+  vl["text_config"]["quantization_config"]["moe_sparsity_config"]["num_experts"][1] = 4;
+  r = config_check(vl, t);
+  REQUIRE(codes(r.problems) == std::vector<std::string>{"expert-missing"});
+  CHECK(r.problems[0].message.rfind("text_config.quantization_config.moe_sparsity_config.num_experts[1]", 0) == 0);
   // MoNe's novice experts: a layout not read.
   CHECK_THROWS_AS(config_check(pruned({nullptr, 3, 2}, 3, "novice"), t), UnsupportedError);
 }
