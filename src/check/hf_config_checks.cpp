@@ -2,6 +2,7 @@
 
 #include "check/hf_schema.h"
 #include "view/maps/keymap_terms.h"
+#include "view/moe_sparsity.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -21,7 +22,7 @@ namespace hf_config_impl {
 // The spellings of each field, canonical first (transformers' attribute_map of the configs that
 // use them).
 const std::vector<std::string> kLayers = {"num_hidden_layers", "n_layer", "num_layers", "n_layers"};
-const std::vector<std::string> kExperts = {"n_routed_experts", "num_local_experts", "num_experts", "moe_num_experts"};
+const std::vector<std::string>& kExperts = kExpertCountFields;
 const std::vector<std::string> kNextn = {"num_nextn_predict_layers", "mtp_num_hidden_layers"};
 const std::vector<std::string> kVocab = {"vocab_size", "n_vocab"};
 
@@ -374,6 +375,7 @@ class ConfigChecker {
   }
 
   void check_layers(bool require_mtp);
+  void check_moe_sparsity();
   void check_experts();
   void check_vocab();
   void check_tie(const SameBytes& same_bytes);
@@ -393,6 +395,15 @@ class ConfigChecker {
   void find_embedding();
   void check_quantized_weights(const std::vector<std::string>& skip);
   void check_orphan_scales();
+  struct ExpertCount {
+    int64_t numbered = 0;
+    std::string counted;  // "the config counts 4 experts", "...moe_sparsity_config.num_experts[1] counts 3 experts"
+    bool dense = false;   // the layer's moe_sparsity_config entry is null
+  };
+  ExpertCount expert_count(const std::string& key, int64_t experts) const;
+  static ExpertCount expert_count_in(const json& config, int64_t experts, const std::string& whose);
+  void check_pruned_layers(const std::map<std::string, std::set<int64_t>>& per_layer,
+                           const std::vector<const HfTensor*>& fused);
   std::string effective_dtype(const std::string& d,
                               const std::function<bool(const HfTensor&, const std::string&)>& keeps) const;
   // A model the schema holds: its own keys say whether it has these (M2M-100's embedding is
@@ -405,6 +416,8 @@ class ConfigChecker {
   const std::vector<HfTensor>& tensors_;
   const HfConfigView cfg_;
   const ModelSchema* schema_ = schema_for_config(config_);
+  const std::optional<MoeSparsity> sparsity_ = find_moe_sparsity(config_);
+  mutable std::optional<ExpertCount> global_count_;  // expert_count of a layer the model's own count holds
   std::map<std::string, const HfTensor*> by_key_;
   std::map<std::string, std::set<int64_t>> stacks_;  // <prefix>layers.N. by prefix
   std::string base_;                                 // the main stack's prefix
@@ -499,50 +512,139 @@ void ConfigChecker::check_mtp(const std::set<int64_t>& present, int64_t layers, 
   }
 }
 
+// A pruned model's moe_sparsity_config itself (view/moe_sparsity.h): what compressed-tensors'
+// ExpertSparsityConfig validates, one entry a decoder layer, and the layers transformers, which does
+// not read it, builds with the model's own count.
+void ConfigChecker::check_moe_sparsity() {
+  if (!sparsity_) return;
+  out_.checked.push_back("moe_sparsity_config");
+  const std::string& f = sparsity_->field;
+  if (!sparsity_->invalid.empty()) {
+    problem("moe-sparsity-invalid", f, sparsity_->invalid + " (compressed-tensors' ExpertSparsityConfig refuses it)");
+    return;
+  }
+  if (sparsity_->method == "novice")
+    throw UnsupportedError(Where(config_path_, std::nullopt, f),
+                           "method \"novice\" (MoNe: pruned experts collapsed into constant novice experts, kept as "
+                           "one tensor), a layout dcpctl does not read; it reads \"prune\" (pruned experts removed)");
+  const std::optional<int64_t> layers = cfg_.integer(kLayers);
+  const int64_t listed = static_cast<int64_t>(sparsity_->num_experts.size());
+  if (layers && listed != *layers)
+    problem("moe-sparsity-invalid", f,
+            "num_experts lists " + std::to_string(listed) + " layers but num_hidden_layers is " +
+                std::to_string(*layers) + " (one entry a decoder layer, null for a dense one)");
+  const std::optional<int64_t> experts = cfg_.integer(kExperts);
+  std::vector<int64_t> other;
+  for (int64_t l = 0; l < listed; ++l)
+    if (const auto& n = sparsity_->num_experts[static_cast<size_t>(l)]; n && experts && *n != *experts)
+      other.push_back(l);
+  if (!other.empty()) {
+    const int64_t l = other.front();
+    warning("moe-sparsity-per-layer", f,
+            "num_experts[" + std::to_string(l) + "] is " + std::to_string(*sparsity_->num_experts[l]) +
+                (other.size() > 1 ? " (and " + std::to_string(other.size() - 1) + " more layers differ)" : "") +
+                " but the model's own count is " + std::to_string(*experts) +
+                ": transformers does not read moe_sparsity_config and builds every MoE layer with " +
+                std::to_string(*experts) +
+                " experts, so from_pretrained refuses this folder (size mismatch); "
+                "a loader that reads it (vLLM) is needed");
+  }
+}
+
+// How many experts the keys of the layer `key` is in number, by the config: the layer's entry in
+// a pruned model's moe_sparsity_config (view/moe_sparsity.h) where it has one, else the model's
+// count; through the model schema's formula (LongCat's zero experts: n_routed_experts +
+// zero_expert_num) where it has one. `dense`: the entry is null.
+ConfigChecker::ExpertCount ConfigChecker::expert_count(const std::string& key, int64_t experts) const {
+  const std::optional<int64_t> layer = sparsity_ ? decoder_layer(key) : std::nullopt;
+  if (!layer || !sparsity_->covers(*layer)) {
+    if (!global_count_) global_count_ = expert_count_in(config_, experts, "the config counts ");
+    return *global_count_;
+  }
+  const std::string entry = sparsity_->field + ".num_experts[" + std::to_string(*layer) + "]";
+  const std::optional<int64_t> n = sparsity_->count(*layer);
+  if (!n) {
+    ExpertCount dense;
+    dense.dense = true;
+    dense.counted = entry + " is null (a dense layer)";
+    return dense;
+  }
+  return expert_count_in(config_with_experts(config_, *n), *n, entry + " counts ");
+}
+
+// The experts `config` numbers on disk (the model schema's formula, else `experts`), said after `whose`.
+ConfigChecker::ExpertCount ConfigChecker::expert_count_in(const json& config, int64_t experts,
+                                                          const std::string& whose) {
+  ExpertCount out;
+  const std::optional<std::pair<int64_t, std::string>> saved = schema_expert_count(config);
+  out.numbered = saved ? saved->first : experts;
+  out.counted = whose + std::to_string(out.numbered) + " experts";
+  if (saved) out.counted += " (" + saved->second + ", as transformers saves them)";
+  return out;
+}
+
 // Routed experts: per-expert keys (<layer>.experts.J.) and fused ones (<layer>.experts.NAME, the
-// experts along dimension 0).
+// experts along dimension 0), each layer's against its count (expert_count).
 void ConfigChecker::check_experts() {
   const std::optional<int64_t> experts = cfg_.integer(kExperts);
   if (!experts || *experts <= 0) return;
   static const std::regex kExpert(R"(^(.*(?:^|\.)experts)\.(\d+)\.)");
   static const std::regex kFused(R"(^(.*(?:^|\.)experts)\.([A-Za-z_][A-Za-z0-9_]*)$)");
   std::map<std::string, std::set<int64_t>> per_layer;
-  bool any = false;
+  std::vector<const HfTensor*> fused;
   for (const auto& t : tensors_) {
     std::smatch m;
-    if (std::regex_search(t.key, m, kExpert) && m[2].length() < 10) {
+    if (std::regex_search(t.key, m, kExpert) && m[2].length() < 10)
       per_layer[m[1]].insert(std::stoll(m[2]));
-      any = true;
-    } else if (std::regex_match(t.key, m, kFused) && t.shape.size() >= 2) {
-      any = true;
-      if (t.shape[0] != *experts)
-        problem("expert-count-mismatch", t.key,
-                "a fused experts tensor of " + std::to_string(t.shape[0]) +
-                    " experts (dimension 0) but the config counts " + std::to_string(*experts));
-    }
+    else if (std::regex_match(t.key, m, kFused) && t.shape.size() >= 2)
+      fused.push_back(&t);
   }
-  if (any) out_.checked.push_back("experts");
-  // Per-expert keys number what the model schema says save_pretrained numbers (LongCat's zero
-  // experts: n_routed_experts + zero_expert_num), else the routed experts.
+  if (per_layer.empty() && fused.empty()) return;
+  out_.checked.push_back("experts");
+  for (const HfTensor* t : fused) {
+    const ExpertCount want = expert_count(t->key, *experts);
+    if (want.dense || t->shape[0] != want.numbered)
+      problem(
+          "expert-count-mismatch", t->key,
+          "a fused experts tensor of " + std::to_string(t->shape[0]) + " experts (dimension 0) but " + want.counted);
+  }
   // Where the schema holds per-expert keys that no config field counts (ERNIE-4.5-VL's text and
   // vision experts in one list), the config's count is not compared with them.
-  const std::optional<std::pair<int64_t, std::string>> saved = schema_expert_count(config_);
-  const int64_t numbered = saved ? saved->first : *experts;
-  const std::string counted = saved ? " (" + saved->second + ", as transformers saves them)" : std::string();
-  if (!saved && schema_expert_count_unexplained(config_)) per_layer.clear();
+  if (!schema_expert_count(config_) && schema_expert_count_unexplained(config_)) return;
   for (const auto& [layer, ids] : per_layer) {
+    const ExpertCount want = expert_count(layer + ".", *experts);
     std::vector<int64_t> missing, extra;
-    for (int64_t j = 0; j < numbered && j < (1 << 20); ++j)
+    for (int64_t j = 0; j < want.numbered && j < (1 << 20); ++j)
       if (!ids.count(j)) missing.push_back(j);
     for (int64_t j : ids)
-      if (j >= numbered) extra.push_back(j);
+      if (want.dense || j >= want.numbered) extra.push_back(j);
     if (!missing.empty())
       problem("expert-missing", layer + ".",
-              "the config counts " + std::to_string(numbered) + " experts" + counted + " but expert " +
-                  list_indices(missing) + " has no tensor here");
+              want.counted + " but expert " + list_indices(missing) + " has no tensor here");
     if (!extra.empty())
-      problem("expert-count-mismatch", layer + ".",
-              "expert " + list_indices(extra) + " is here but the config counts " + std::to_string(numbered) + counted);
+      problem("expert-count-mismatch", layer + ".", "expert " + list_indices(extra) + " is here but " + want.counted);
+  }
+  check_pruned_layers(per_layer, fused);
+}
+
+// A pruned model's MoE layers hold experts: a layer its moe_sparsity_config counts experts in
+// that holds none is named (a dense layer holding some is, above).
+void ConfigChecker::check_pruned_layers(const std::map<std::string, std::set<int64_t>>& per_layer,
+                                        const std::vector<const HfTensor*>& fused) {
+  if (!sparsity_ || !sparsity_->invalid.empty() || !have_stack_) return;
+  std::set<int64_t> held;
+  for (const auto& [layer, ids] : per_layer)
+    if (auto l = decoder_layer(layer + ".")) held.insert(*l);
+  for (const HfTensor* t : fused)
+    if (auto l = decoder_layer(t->key)) held.insert(*l);
+  const std::set<int64_t>& present = stacks_[base_];
+  for (size_t l = 0; l < sparsity_->num_experts.size(); ++l) {
+    const std::optional<int64_t>& n = sparsity_->num_experts[l];
+    const int64_t layer = static_cast<int64_t>(l);
+    if (n && *n > 0 && present.count(layer) && !held.count(layer))
+      problem("expert-missing", base_ + "layers." + std::to_string(layer) + ".",
+              sparsity_->field + ".num_experts[" + std::to_string(layer) + "] counts " + std::to_string(*n) +
+                  " experts but layer " + std::to_string(layer) + " here holds no expert tensor");
   }
 }
 
@@ -757,6 +859,7 @@ ConfigCheckResult check_hf_config(const json& config, const std::string& config_
   }
   ConfigChecker c(config, config_path, tensors);
   c.check_layers(require_mtp);
+  c.check_moe_sparsity();
   c.check_experts();
   c.check_vocab();
   c.check_tie(same_bytes);

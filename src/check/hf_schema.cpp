@@ -10,6 +10,7 @@
 
 #include "util/error.h"
 #include "view/maps/keymap_terms.h"
+#include "view/moe_sparsity.h"
 
 namespace dcpctl {
 
@@ -843,6 +844,7 @@ class SchemaChecker {
   }
   void hold(const HfTensor& t, const std::string& key, const std::string& p);
   void check_shape(const HfTensor& t, const SchemaKey& sk);
+  const json& layer_config(const std::string& key);
   void check_named_index(const std::string& prefix,
                          const std::map<std::string, std::map<int64_t, std::string>>& patterns);
   void check_missing_key(const SchemaKey& k);
@@ -864,6 +866,8 @@ class SchemaChecker {
   // pattern -> index -> the key.
   std::map<std::pair<std::string, std::string>, std::map<std::string, std::map<int64_t, std::string>>> named_held_;
   std::set<std::string> reported_;  // patterns reported missing by check_missing
+  const std::optional<MoeSparsity> sparsity_ = find_moe_sparsity(config_);
+  std::map<int64_t, json> pruned_;  // a pruned model's config by a layer's expert count (layer_config)
 };
 
 std::optional<int64_t> SchemaChecker::layer_count() const {
@@ -948,6 +952,18 @@ void SchemaChecker::hold(const HfTensor& t, const std::string& key, const std::s
   }
 }
 
+// The config a key's dims are derived from: a pruned model's layer's, its experts counted by its
+// moe_sparsity_config entry (view/moe_sparsity.h: the router's rows, e_score_correction_bias and
+// stacked experts are sliced with them), else config.json.
+const json& SchemaChecker::layer_config(const std::string& key) {
+  const std::optional<int64_t> layer = sparsity_ ? decoder_layer(key) : std::nullopt;
+  const std::optional<int64_t> n = layer ? sparsity_->count(*layer) : std::nullopt;
+  if (!n) return config_;
+  auto it = pruned_.find(*n);
+  if (it == pruned_.end()) it = pruned_.emplace(*n, config_with_experts(config_, *n)).first;
+  return it->second;
+}
+
 void SchemaChecker::check_shape(const HfTensor& t, const SchemaKey& sk) {
   if (sk.dims.size() != t.shape.size() && !sk.dims.empty() &&
       std::any_of(sk.dims.begin(), sk.dims.end(), [](const std::string& d) { return !d.empty(); })) {
@@ -956,14 +972,18 @@ void SchemaChecker::check_shape(const HfTensor& t, const SchemaKey& sk) {
                 " gives it " + std::to_string(sk.dims.size()));
     return;
   }
+  const json& config = layer_config(t.key);
+  const std::string from = &config == &config_
+                               ? std::string(" from config.json")
+                               : " from config.json, this layer's experts counted by " + sparsity_->field;
   for (size_t d = 0; d < sk.dims.size() && d < t.shape.size(); ++d) {
     if (sk.dims[d].empty()) continue;
-    std::optional<int64_t> want = evaluate_dims(config_, sk.dims[d], s_.type);
+    std::optional<int64_t> want = evaluate_dims(config, sk.dims[d], s_.type);
     if (want && *want != t.shape[d])
       problem("schema-shape-mismatch", t.key,
               "dimension " + std::to_string(d) + " is " + std::to_string(t.shape[d]) + " (shape " +
                   shape_text(t.shape) + ") but " + who_ + " makes it " + sk.dims[d] + " = " + std::to_string(*want) +
-                  " from config.json");
+                  from);
   }
 }
 

@@ -186,7 +186,10 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
       if (a.name == "added_tokens.json") added_tokens_ = parse(read_asset(a.source), a.source);
     }
     std::string where = assets.searched.empty() ? o_.output : assets.searched.front();
-    if (!config_.is_null()) arch_ = gguf::arch_of(config_, where);
+    if (!config_.is_null()) {
+      arch_ = gguf::arch_of(config_, where);
+      gguf::refuse_per_layer_experts(config_, where);  // before the tokenizer and quantization_config are asked
+    }
     // The converter's set_vocab: a SentencePiece tokenizer.model first where the architecture's
     // tries one (gguf/spm.h), else tokenizer.json, else (DeepseekV2Model.set_vocab's kimi-k2
     // branch) Kimi K2's tiktoken.model.

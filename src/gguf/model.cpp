@@ -11,6 +11,7 @@
 #include "gguf/lowbit.h"
 #include "gguf/vocab.h"
 #include "util/error.h"
+#include "view/moe_sparsity.h"
 
 namespace dcpctl::gguf {
 
@@ -723,6 +724,20 @@ std::vector<float> llama3_rope_factors(const json& config) {
   return out;
 }
 
+void refuse_per_layer_experts(const json& config, const std::string& where) {
+  const std::optional<MoeSparsity> s = find_moe_sparsity(config);
+  if (!s || !s->differs_from(config)) return;
+  const std::optional<int64_t> own = config_expert_count(config);
+  std::string which = s->invalid.empty() ? "" : " (" + s->invalid + ")";
+  for (size_t l = 0; l < s->num_experts.size() && which.empty(); ++l)
+    if (s->num_experts[l] && (!own || *s->num_experts[l] != *own))
+      which = ": layer " + std::to_string(l) + " keeps " + std::to_string(*s->num_experts[l]) + " experts" +
+              (own ? " where config.json counts " + std::to_string(*own) : std::string());
+  throw UnsupportedError(Where(where, std::nullopt, s->field),
+                         "a model pruned to other expert counts per layer" + which +
+                             ": a GGUF holds one expert_count a model (llama.cpp builds every layer with it)");
+}
+
 std::vector<TensorPlan> plan_tensors(const Arch& arch, const json& config, const std::vector<Input>& inputs,
                                      OutType out, const std::string& where) {
   std::vector<TensorPlan> plans;
@@ -764,6 +779,7 @@ std::vector<TensorPlan> plan_tensors(const Arch& arch, const json& config, const
     if (!n.is_number_integer() || n.get<int64_t>() <= 0)
       throw UnsupportedError(Where(where), "a GGUF of " + arch.name + " experts needs config.json's " + what);
     n_experts = n.get<int64_t>();
+    refuse_per_layer_experts(config, where);
   }
   std::map<int64_t, std::map<std::pair<std::string, int64_t>, size_t>> pending;  // layer -> (proj, expert) -> input
   std::map<int64_t, std::map<std::string, size_t>> fused;  // layer -> gate_up_proj / down_proj -> input

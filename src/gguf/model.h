@@ -181,6 +181,10 @@ struct Input {
 // (model.layers.N.mlp.{experts,gate}) the key its safetensors file has (block_sparse_moe.), so that
 // the tensors come in the converter's order.
 std::string sort_key(const Arch& arch, const std::string& key);
+// UnsupportedError (exit 5) for a pruned MoE model whose layers keep other expert counts than
+// config.json's own (view/moe_sparsity.h): llama.cpp reads one expert_count a model and builds every
+// layer's stacks with it, so such a model has no GGUF. `where`: the config's path, for the message.
+void refuse_per_layer_experts(const nlohmann::json& config, const std::string& where);
 // Every GGUF tensor of a model whose tensors are `inputs` (sorted by sort_key, as the converter reads a
 // safetensors file), in the converter's order: the generated ones first (rope_freqs), then each as
 // its key comes, a layer's experts stacked where the last of them comes (the converter buffers

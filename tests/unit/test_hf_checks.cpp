@@ -134,6 +134,55 @@ TEST_CASE("hf config: layers, MTP layers and experts", "[hf]") {
         std::vector<std::string>{"expert-count-mismatch"});
 }
 
+// A pruned model (view/moe_sparsity.h): each layer's experts against its moe_sparsity_config
+// entry, not the model's count; the folders the real pruner wrote are tests/interop/pruned_moe_test.py's.
+TEST_CASE("hf config: per-layer expert counts of a pruned model", "[hf]") {
+  std::vector<HfTensor> t = llama(3);
+  for (int j = 0; j < 3; ++j)
+    t.push_back({"model.layers.1.mlp.experts." + std::to_string(j) + ".w.weight", "bfloat16", {2, 2}});
+  t.push_back({"model.layers.2.mlp.experts.gate_up_proj", "bfloat16", {2, 16, 8}});
+  auto pruned = [](json counts, int64_t global = 3, std::string method = "prune") {
+    return json{{"num_hidden_layers", 3},
+                {"num_experts", global},
+                {"quantization_config",
+                 {{"quant_method", "compressed-tensors"},
+                  {"config_groups", json::object()},
+                  {"moe_sparsity_config", {{"method", method}, {"num_experts", counts}}}}}};
+  };
+  ConfigCheckResult r = config_check(pruned({nullptr, 3, 2}), t);
+  CHECK(r.problems.empty());
+  CHECK(codes(r.warnings) == std::vector<std::string>{"moe-sparsity-per-layer"});
+  // Without it, the global count finds layer 2 short; a global count of 2, layer 1 long.
+  CHECK(codes(config_check({{"num_hidden_layers", 3}, {"num_experts", 3}}, t).problems) ==
+        std::vector<std::string>{"expert-count-mismatch"});
+  // A layer off its own count, named.
+  r = config_check(pruned({nullptr, 4, 2}), t);
+  REQUIRE(codes(r.problems) == std::vector<std::string>{"expert-missing"});
+  CHECK(r.problems[0].where.key == "model.layers.1.mlp.experts.");
+  r = config_check(pruned({nullptr, 3, 3}), t);
+  REQUIRE(codes(r.problems) == std::vector<std::string>{"expert-count-mismatch"});
+  CHECK(r.problems[0].where.key == "model.layers.2.mlp.experts.gate_up_proj");
+  // A null (dense) entry on a layer with experts; an entry counting experts where a layer has none.
+  CHECK(codes(config_check(pruned({nullptr, nullptr, 2}), t).problems) ==
+        std::vector<std::string>{"expert-count-mismatch"});
+  r = config_check(pruned({2, 3, 2}), t);
+  REQUIRE(codes(r.problems) == std::vector<std::string>{"expert-missing"});
+  CHECK(r.problems[0].where.key == "model.layers.0.");
+  // What ExpertSparsityConfig refuses, and a list that is not one entry a layer.
+  CHECK(has(config_check(pruned({nullptr, 3.5, 2}), t).problems, "moe-sparsity-invalid"));
+  CHECK(has(config_check(pruned({nullptr, true, 2}), t).problems, "moe-sparsity-invalid"));
+  CHECK(has(config_check(pruned({nullptr, 3}), t).problems, "moe-sparsity-invalid"));
+  // A multimodal config: the language model's text_config holds it.
+  json vl = {{"text_config", pruned({nullptr, 3, 2})}};
+  CHECK(config_check(vl, t).problems.empty());
+  vl["text_config"]["quantization_config"]["moe_sparsity_config"]["num_experts"][1] = 4;
+  r = config_check(vl, t);
+  REQUIRE(codes(r.problems) == std::vector<std::string>{"expert-missing"});
+  CHECK(r.problems[0].message.rfind("text_config.quantization_config.moe_sparsity_config.num_experts[1]", 0) == 0);
+  // MoNe's novice experts: a layout not read.
+  CHECK_THROWS_AS(config_check(pruned({nullptr, 3, 2}, 3, "novice"), t), UnsupportedError);
+}
+
 TEST_CASE("hf config: vocab, the head, quantization, dtype", "[hf]") {
   json c = {{"num_hidden_layers", 2}, {"vocab_size", 64}, {"dtype", "bfloat16"}, {"tie_word_embeddings", false}};
   CHECK(codes(config_check({{"vocab_size", 65}}, llama(2)).problems) ==

@@ -19,6 +19,7 @@
 #include "util/dtype.h"
 #include "util/error.h"
 #include "view/codecs/dequantize.h"
+#include "view/codecs/quantized.h"
 #include "view/kernels.h"
 #include "view/model.h"
 
@@ -229,4 +230,28 @@ TEST_CASE("views: the model's config.json is read once per file, and each reader
   for (const char* f : {"/run/sharded/config.json", "/assets/config.json", "/given.json"})
     std::remove((root + f).c_str());
   for (const char* d : {"/run/sharded", "/run", "/assets", ""}) rmdir((root + d).c_str());
+}
+
+TEST_CASE("views: a dequantized config keeps a pruned model's per-layer expert counts, and only those") {
+  using nlohmann::json;
+  const json sparsity = {{"method", "prune"}, {"num_experts", {nullptr, 7, 5}}};
+  json c = {{"num_local_experts", 5},
+            {"dtype", "bfloat16"},
+            {"quantization_config",
+             {{"quant_method", "compressed-tensors"},
+              {"config_groups", {{"group_0", {{"targets", {"Linear"}}}}}},
+              {"moe_sparsity_config", sparsity}}}};
+  // Layer 1 keeps 7 where the model counts 5: only moe_sparsity_config says so, kept alone.
+  json out = json::parse(dequantized_config(c.dump(), DType::Float32));
+  CHECK(out["dtype"] == "float32");
+  CHECK(out["quantization_config"] == json({{"quant_method", "compressed-tensors"},
+                                            {"config_groups", json::object()},
+                                            {"moe_sparsity_config", sparsity}}));
+  // Every layer the model's count: the config says it all (transformers 5.24 fails on a
+  // compressed-tensors config without groups), so the quantization_config goes as before.
+  c["num_local_experts"] = 7;
+  c["quantization_config"]["moe_sparsity_config"]["num_experts"] = {nullptr, 7, 7};
+  CHECK(!json::parse(dequantized_config(c.dump(), DType::BFloat16)).contains("quantization_config"));
+  c["quantization_config"].erase("moe_sparsity_config");
+  CHECK(!json::parse(dequantized_config(c.dump(), DType::BFloat16)).contains("quantization_config"));
 }

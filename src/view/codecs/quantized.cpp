@@ -4,6 +4,7 @@
 #include "util/error.h"
 #include "view/maps/keymap.h"
 #include "view/model_config.h"
+#include "view/moe_sparsity.h"
 
 namespace dcpctl {
 
@@ -98,7 +99,18 @@ json describe_quantization(const Checkpoint& ck) {
 std::string dequantized_config(const std::string& config_text, DType dtype) {
   json j = json::parse(config_text, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return config_text;
+  // A pruned MoE model's per-layer expert counts (view/moe_sparsity.h) describe the weights, not
+  // their quantization: where a layer's differs from the model's own count they are kept, in a
+  // compressed-tensors quantization_config that quantizes nothing (QuantizationConfig(config_groups={},
+  // moe_sparsity_config=...)); where every layer's is the model's, the config says it all and
+  // transformers 5.24, which fails on a compressed-tensors config without config groups, loads it.
+  const std::optional<MoeSparsity> sparsity = find_moe_sparsity(j);
+  const bool per_layer = sparsity && sparsity->field.rfind("quantization_config", 0) == 0 && sparsity->differs_from(j);
+  const json counts = per_layer ? j["quantization_config"]["moe_sparsity_config"] : json();
   j.erase("quantization_config");
+  if (per_layer)
+    j["quantization_config"] = {
+        {"quant_method", "compressed-tensors"}, {"config_groups", json::object()}, {"moe_sparsity_config", counts}};
   bool set = false;
   for (const char* k : {"torch_dtype", "dtype"})
     if (j.contains(k)) {

@@ -56,7 +56,10 @@ nlohmann::json describe_quantization(const Checkpoint& ck);
 
 // config.json with `quantization_config` removed and its dtype (`torch_dtype`, `dtype`, where
 // present; `dtype` otherwise) set to `dtype`'s torch name: the config of a dequantized export,
-// which from_pretrained then loads as a plain model. The text as given when it is not a JSON object.
+// which from_pretrained then loads as a plain model. A pruned MoE model's `moe_sparsity_config`
+// (view/moe_sparsity.h) whose layers keep other counts than the model's own stays, alone in a
+// compressed-tensors quantization_config with no config group. The text as given when it is not a
+// JSON object.
 std::string dequantized_config(const std::string& config_text, DType dtype);
 
 }  // namespace dcpctl
