@@ -266,11 +266,11 @@ std::unique_ptr<ResumeJournal> open_journal(const WriteJob& job, const OutputWri
   return journal;
 }
 
-// A failed run that finished files of a journaled output kept them: the error says where. Only
+// A failed run of a journaled output: its finished files are kept, and the error says where, only
 // for a failure of the output's I/O (a full disk, a lost mount: exit 4), which a second run may not
 // meet; damaged input (exit 3) or a refusal would stop a --resume at the same place, so the staging
 // folder goes as any failed run's does and nothing is left behind.
-void name_kept_files(Error& e, const ResumeJournal* journal, const std::string& output) {
+void keep_or_remove_finished_files(Error& e, const ResumeJournal* journal, const std::string& output) {
   if (journal && !journal->dir().empty() && e.exit_code() != ExitCode::io) {
     remove_tree(journal->dir());
     return;
@@ -413,7 +413,7 @@ json execute(const WriteRequest& request, OutputWriter& writer) {
   } catch (Error& e) {
     if (uploads)
       for (std::string& l : uploads->discard()) e.add_leftover(std::move(l));
-    name_kept_files(e, journal.get(), o.output);
+    keep_or_remove_finished_files(e, journal.get(), o.output);
     throw;
   } catch (...) {
     if (uploads) uploads->discard();  // what it could not undo is lost with a failure that is not an Error
