@@ -6,12 +6,18 @@
 #ifdef DCPCTL_WITH_GGUF
 #include "gguf/register.h"
 #endif
+#ifdef DCPCTL_WITH_OBJSTORE
+#include "objstore/register.h"
+#endif
 
 namespace dcpctl::cli {
 
 void register_modules() {
 #ifdef DCPCTL_WITH_GGUF
   register_gguf();
+#endif
+#ifdef DCPCTL_WITH_OBJSTORE
+  register_objstore();
 #endif
 }
 

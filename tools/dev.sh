@@ -277,7 +277,7 @@ run_tests() {  # run_tests <build dir> [ctest args...]
   shift
   log "testing $dir"
   # No test reaches the instance metadata service's link-local address: a run with no
-  # credentials ends its chain at IMDS (store/aws_credentials.h), so the tests that want IMDS serve
+  # credentials ends its chain at IMDS (objstore/aws_credentials.h), so the tests that want IMDS serve
   # it themselves on 127.0.0.1 (AWS_EC2_METADATA_SERVICE_ENDPOINT) and lift this.
   AWS_EC2_METADATA_DISABLED=${AWS_EC2_METADATA_DISABLED:-true} DCPCTL_VENV="$VENV" DCPCTL_MEGATRON_PYTHON="${DCPCTL_MEGATRON_PYTHON:-$MEGATRON_VENV/bin/python}" DCPCTL_OLD_TORCH_PYTHON="${DCPCTL_OLD_TORCH_PYTHON:-$(old_torch_pythons)}" \
     ctest --test-dir "$dir" --output-on-failure -j "$JOBS" "$@"

@@ -12,9 +12,6 @@
 #include <random>
 #include <thread>
 
-#include "store/gcs.h"
-#include "store/s3.h"
-
 namespace dcpctl::store {
 
 // ---------------------------------------------------------------------------------------------
@@ -255,9 +252,26 @@ class LocalStore final : public Store {
   }
 };
 
-std::atomic<ObjectStore*> g_s3{nullptr}, g_gcs{nullptr};
+// The table of schemes (install_object_store): what parse_url accepts, each with its maker once a
+// module installs one and its client once made. Fixed entries, so that of() reads it without a lock.
+struct SchemeRow {
+  const char* scheme;
+  std::atomic<ObjectStoreMaker> make{nullptr};
+  std::atomic<ObjectStore*> made{nullptr};
+};
+SchemeRow g_schemes[] = {{"s3"}, {"gs"}};
+
+SchemeRow& scheme_row(const std::string& scheme) {
+  for (SchemeRow& row : g_schemes)
+    if (scheme == row.scheme) return row;
+  throw UsageError(Where(scheme + "://"), "not an s3:// or gs:// URL");
+}
 
 }  // namespace
+
+void install_object_store(const std::string& scheme, ObjectStoreMaker make) {
+  scheme_row(scheme).make.store(make, std::memory_order_release);
+}
 
 Store& for_path(const std::string& path) {
   static LocalStore local;
@@ -266,25 +280,28 @@ Store& for_path(const std::string& path) {
 }
 
 ObjectStore& of(const Location& loc) {
-  if (loc.scheme == "gs") {
-    static gcs::Client client(gcs::Config::from_environment());
-    g_gcs.store(&client, std::memory_order_release);
-    return client;
-  }
-  static s3::Client client(s3::Config::from_environment());
-  g_s3.store(&client, std::memory_order_release);
-  return client;
+  SchemeRow& row = scheme_row(loc.scheme);
+  if (ObjectStore* s = row.made.load(std::memory_order_acquire)) return *s;
+  ObjectStoreMaker make = row.make.load(std::memory_order_acquire);
+  if (!make)
+    throw UnsupportedError(Where(loc.url()),
+                           loc.scheme +
+                               ":// is read and written by the object-store module (src/objstore/), which this "
+                               "build of dcpctl left out: configure it with -DDCPCTL_WITH_OBJSTORE=ON");
+  ObjectStore& store = make();  // a function-local static: made once, whichever thread comes first
+  row.made.store(&store, std::memory_order_release);
+  return store;
 }
 
 void forget_listings() {
-  for (ObjectStore* s : {g_s3.load(std::memory_order_acquire), g_gcs.load(std::memory_order_acquire)})
-    if (s) s->forget_listings();
+  for (SchemeRow& row : g_schemes)
+    if (ObjectStore* s = row.made.load(std::memory_order_acquire)) s->forget_listings();
 }
 
 std::vector<const ObjectStore*> in_use() {
   std::vector<const ObjectStore*> out;
-  for (const auto* s : {g_s3.load(std::memory_order_acquire), g_gcs.load(std::memory_order_acquire)})
-    if (s && s->used()) out.push_back(s);
+  for (SchemeRow& row : g_schemes)
+    if (const ObjectStore* s = row.made.load(std::memory_order_acquire); s && s->used()) out.push_back(s);
   return out;
 }
 

@@ -1,6 +1,8 @@
 // The storage layer: where a checkpoint's bytes come from and where an output's go, chosen by the
 // path's scheme. A plain path is the local filesystem; `s3://BUCKET/KEY` is S3 (or any server that
-// speaks its protocol: store/s3.h); `gs://BUCKET/NAME` is Google Cloud Storage (store/gcs.h).
+// speaks its protocol) and `gs://BUCKET/NAME` Google Cloud Storage: their clients are the
+// object-store module's (src/objstore/: objstore/s3.h, objstore/gcs.h), which installs them in
+// this layer's table of schemes (install_object_store); the core names neither.
 //
 // What the rest of dcpctl sees of it:
 //   - reading: store/file.h (ReadFile, MappedFile, stat_path, list_dir), whose remote side is the
@@ -149,6 +151,13 @@ class ObjectStore : public Store {
   std::map<std::string, std::shared_ptr<const Folder>> folders_;  // by "bucket/key"
   std::map<std::string, bool> holds_;                             // by the same keys
 };
+
+// The object stores' table: a scheme's ("s3", "gs") client, made by the function its module
+// installed (objstore/register.h) on the first use of the scheme, once per process, configured
+// from the environment. A scheme nothing installed is refused (UnsupportedError, exit 5) naming
+// the module that reads it and how to build it.
+using ObjectStoreMaker = ObjectStore& (*)();
+void install_object_store(const std::string& scheme, ObjectStoreMaker make);
 
 // The store of a path: the local filesystem, or the object store of its scheme (made on first
 // use, one per scheme per process, configured from the environment; nothing is read or requested

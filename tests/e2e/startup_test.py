@@ -6,7 +6,7 @@ joins a process group (torchrun). It reads and writes torch.save archives itself
 (item/zip_directory.h, write/torch_zip_writer.h). This test proves it from outside:
 
   linking     the binary's DT_NEEDED list names no LibTorch or CUDA library, and no libcurl
-              (store/curl_api.h opens it on the first s3:// or gs:// request).
+              (objstore/curl_api.h opens it on the first s3:// or gs:// request).
   no-libcurl  a local verify --deep --checksum, consolidate and reshard never load libcurl: the
               dynamic loader's own log (LD_DEBUG=files) names libcrypto and not libcurl.
   no-plugin   with DCPCTL_TORCH_PLUGIN naming a plugin that does not exist, every command that

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""gs:// end to end (src/store/gcs.h): checkpoints written into a real GCS emulator (fake-gcs-server,
+"""gs:// end to end (src/objstore/gcs.h): checkpoints written into a real GCS emulator (fake-gcs-server,
 tests/gcs/gcs_server.py) by torch's FsspecWriter through gcsfs (tests/gcs/write_ckpt.py: one
 process, and two ranks with DTensors over gloo), read by dcpctl and compared with torch's own
 reading of them; outputs written by dcpctl into the emulator and read back by torch; Google's
@@ -246,7 +246,7 @@ def case_signal(gcs: GcsServer, env: dict, work: Path) -> None:
         record = [k for k in gcs.keys(BUCKET, "kill/") if ".dcpctl-tmp-" in k]
         check(len(record) == 1 and f"-tmp-{p.pid}-" in record[0], f"kill: the killed run's record: {record}")
         # The failpoint stops before the first part is sent; a part that had landed is an object of
-        # its own under the upload's prefix (store/gcs.h parts_prefix), as written here.
+        # its own under the upload's prefix (objstore/gcs.h parts_prefix), as written here.
         gcs.put(BUCKET, "kill/.model.safetensors.dcpctl-upload-0123456789abcdef/00001", b"x" * 1024)
         r = dcpctl(args, env)
         check(r.returncode == 0 and "aborted 1 upload(s) left open" in r.stderr,

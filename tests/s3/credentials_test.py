@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The AWS credential chain (src/store/aws_credentials.h) end to end: dcpctl consolidates an s3://
+"""The AWS credential chain (src/objstore/aws_credentials.h) end to end: dcpctl consolidates an s3://
 checkpoint from moto's server (signatures checked: tests/s3/s3_server.py) with keys from each
 source and nothing else, compared byte for byte with a local consolidate; moto's recorder
 (/moto-api/recorder/...) shows which access key signed each S3 request, so each case proves the

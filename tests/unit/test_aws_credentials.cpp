@@ -1,4 +1,4 @@
-// The AWS credential chain (store/aws_credentials.h) offline: every parser, the order of the
+// The AWS credential chain (objstore/aws_credentials.h) offline: every parser, the order of the
 // sources, what each sends, the refresh rule and the error that lists every source tried. The
 // chain against real servers (moto's STS, IMDS, container, SSO served by the test): tests/s3/
 // credentials_test.py.
@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "store/aws_credentials.h"
+#include "objstore/aws_credentials.h"
 #include "util/error.h"
 
 using namespace dcpctl;

@@ -1,10 +1,10 @@
-// libcurl opened at run time (store/curl_api.h): the system's libcurl.so.4 serves; a library that
+// libcurl opened at run time (objstore/curl_api.h): the system's libcurl.so.4 serves; a library that
 // is missing, or is not libcurl, is refused with what is wrong, never a crash on a null function.
 #include <catch2/catch.hpp>
 
 #include <string>
 
-#include "store/curl_api.h"
+#include "objstore/curl_api.h"
 
 using namespace dcpctl::store;
 

@@ -1,4 +1,4 @@
-// The GCS client's pure parts (store/gcs.h): configuration from Google's variables, objects.list
+// The GCS client's pure parts (objstore/gcs.h): configuration from Google's variables, objects.list
 // pages, object metadata and error bodies, the temporary prefix of a composite upload and its
 // composition plan. Requests against a real emulator (fake-gcs-server): tests/gcs/.
 #include <catch2/catch.hpp>
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "store/gcs.h"
+#include "objstore/gcs.h"
 #include "util/error.h"
 
 using namespace dcpctl;

@@ -1,4 +1,4 @@
-// Google's Application Default Credentials (store/gcs_credentials.h) offline: every parser, the
+// Google's Application Default Credentials (objstore/gcs_credentials.h) offline: every parser, the
 // service account's JWT (its RS256 signature checked with the public half of a key made here),
 // the order of the sources, what each sends, the refresh rule, and the errors that list every
 // source tried and hold no secret.
@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "store/gcs_credentials.h"
+#include "objstore/gcs_credentials.h"
 #include "util/base64.h"
 #include "util/error.h"
 

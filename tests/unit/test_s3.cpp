@@ -1,4 +1,4 @@
-// The S3 client's pure parts (store/s3.h): URLs, configuration as the AWS tools read it, listing
+// The S3 client's pure parts (objstore/s3.h): URLs, configuration as the AWS tools read it, listing
 // and error XML, listing queries, folders from listings, the retry policy. Requests against real
 // servers (moto's, SeaweedFS's): tests/s3/.
 #include <catch2/catch.hpp>
@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "store/s3.h"
+#include "objstore/s3.h"
 #include "util/error.h"
 
 using namespace dcpctl;

@@ -1,4 +1,4 @@
-#include "store/aws_credentials.h"
+#include "objstore/aws_credentials.h"
 
 #include <openssl/evp.h>
 
@@ -8,8 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "store/http.h"
-#include "store/s3.h"
+#include "objstore/http.h"
+#include "objstore/s3.h"
 #include "util/text.h"
 
 namespace dcpctl::aws {

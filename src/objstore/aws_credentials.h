@@ -52,7 +52,7 @@
 #include <string_view>
 #include <vector>
 
-#include "store/refreshing_cache.h"
+#include "objstore/refreshing_cache.h"
 #include "util/error.h"
 
 namespace dcpctl::aws {

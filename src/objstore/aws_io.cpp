@@ -18,8 +18,8 @@
 #include <sstream>
 #include <thread>
 
-#include "store/aws_credentials.h"
-#include "store/curl_api.h"
+#include "objstore/aws_credentials.h"
+#include "objstore/curl_api.h"
 
 extern char** environ;
 
@@ -62,7 +62,7 @@ HttpResponse http_once(const HttpRequest& req) {
   api.easy_setopt(h, CURLOPT_TIMEOUT_MS, req.timeout_ms);
   api.easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
   api.easy_setopt(h, CURLOPT_WRITEDATA, &resp.body);
-  api.easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");  // 7.85's (store/curl_api.h checks the version)
+  api.easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");  // 7.85's (objstore/curl_api.h checks the version)
   if (!req.sigv4.empty()) {
     api.easy_setopt(h, CURLOPT_AWS_SIGV4, req.sigv4.c_str());
     api.easy_setopt(h, CURLOPT_USERPWD, userpwd.c_str());

@@ -19,7 +19,7 @@
 // default ~/.aws/credentials), else from the config file (AWS_CONFIG_FILE, default
 // ~/.aws/config, section `[profile NAME]` or `[default]`), each unless a source the SDKs try
 // before it is configured (web identity, a role, SSO, credential_process: see
-// store/aws_credentials.h, whose chain the client runs on its first request when Config has no
+// objstore/aws_credentials.h, whose chain the client runs on its first request when Config has no
 // keys, and again before temporary keys expire); the region from AWS_REGION,
 // AWS_DEFAULT_REGION, the profile's `region`, else us-east-1; attempts from AWS_MAX_ATTEMPTS
 // (default 5). Nothing is read until the first request, so local commands never look.
@@ -43,7 +43,7 @@
 #include <utility>
 #include <vector>
 
-#include "store/http.h"
+#include "objstore/http.h"
 #include "store/store.h"
 #include "util/error.h"
 

@@ -1,4 +1,4 @@
-#include "store/gcs_credentials.h"
+#include "objstore/gcs_credentials.h"
 
 #include <openssl/bio.h>
 #include <openssl/err.h>
@@ -11,8 +11,8 @@
 #include <utility>
 #include <vector>
 
-#include "store/http.h"
-#include "store/s3.h"
+#include "objstore/http.h"
+#include "objstore/s3.h"
 #include "util/base64.h"
 #include "util/text.h"
 

@@ -1,4 +1,4 @@
-#include "store/s3.h"
+#include "objstore/s3.h"
 
 #include <expat.h>
 
@@ -14,8 +14,8 @@
 #include <sstream>
 #include <thread>
 
-#include "store/aws_credentials.h"
-#include "store/http.h"
+#include "objstore/aws_credentials.h"
+#include "objstore/http.h"
 #include "util/sha256.h"
 #include "util/text.h"
 
@@ -90,7 +90,7 @@ Config Config::load(const std::function<std::optional<std::string>(const char*)>
     return it->second;
   };
 
-  // Sources botocore tries before the profile's static keys (store/aws_credentials.h): when one is
+  // Sources botocore tries before the profile's static keys (objstore/aws_credentials.h): when one is
   // configured, the keys are left to the chain the client runs.
   auto has = [&](const char* key) {
     if (auto it = creds.find(c.profile); it != creds.end() && it->second.count(key)) return true;

@@ -51,7 +51,7 @@
 //
 // Environment variables set to the empty string count as unset (as in the AWS chain).
 //
-// Everything here is pure but aws::Io (store/aws_io.cpp, shared with the AWS chain): the
+// Everything here is pure but aws::Io (objstore/aws_io.cpp, shared with the AWS chain): the
 // environment, files, HTTP and the clock come in through it, so tests drive the chain offline.
 #pragma once
 
@@ -63,8 +63,8 @@
 #include <string>
 #include <string_view>
 
-#include "store/aws_credentials.h"
-#include "store/refreshing_cache.h"
+#include "objstore/aws_credentials.h"
+#include "objstore/refreshing_cache.h"
 #include "util/error.h"
 
 namespace dcpctl::gcs {

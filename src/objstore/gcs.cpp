@@ -1,4 +1,4 @@
-#include "store/gcs.h"
+#include "objstore/gcs.h"
 
 #include <chrono>
 #include <cstdlib>
@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "store/gcs_credentials.h"
+#include "objstore/gcs_credentials.h"
 #include "util/parallel.h"
 
 namespace dcpctl::gcs {

@@ -1,4 +1,4 @@
-// One HTTP request over libcurl, for the object stores' clients (store/s3.h, store/gcs.h): the
+// One HTTP request over libcurl, for the object stores' clients (objstore/s3.h, objstore/gcs.h): the
 // transfer itself (a body from memory, an answer into the caller's buffer or kept in memory,
 // bounded), one attempt at a time. Retries, authorization and what an answer means are each
 // client's: S3 signs with SigV4 and answers in XML, GCS takes a bearer token and answers in JSON.

@@ -1,6 +1,6 @@
 // A Google Cloud Storage client (`gs://BUCKET/NAME`): the store's side of every command that takes
 // gs://, over GCS's JSON API (https://cloud.google.com/storage/docs/json_api), in this header and
-// gcs.cpp; HTTP and TLS are libcurl's (store/http.h).
+// gcs.cpp; HTTP and TLS are libcurl's (objstore/http.h).
 //
 //   stat      GET  /storage/v1/b/B/o/NAME                     (its "size"; 404: missing)
 //   read      GET  /download/storage/v1/b/B/o/NAME?alt=media  with a Range header
@@ -25,7 +25,7 @@
 // Configuration, Google's conventions: STORAGE_EMULATOR_HOST (host:port or a URL: an emulator,
 // fake-gcs-server, gcp-storage-emulator; no credentials then), else DCPCTL_GCS_ENDPOINT (another
 // endpoint, with credentials: a private one, a test's proxy), else https://storage.googleapis.com,
-// with the Application Default Credentials' token (store/gcs_credentials.h: a service account's
+// with the Application Default Credentials' token (objstore/gcs_credentials.h: a service account's
 // JWT, gcloud's user credentials, the metadata server), sent as `Authorization: Bearer`; a 401
 // fetches a new token once. Attempts: GCS_MAX_ATTEMPTS, else AWS_MAX_ATTEMPTS (5).
 //
@@ -43,7 +43,7 @@
 #include <utility>
 #include <vector>
 
-#include "store/http.h"
+#include "objstore/http.h"
 #include "store/store.h"
 
 namespace dcpctl::gcs {

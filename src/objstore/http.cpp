@@ -1,11 +1,11 @@
-#include "store/http.h"
+#include "objstore/http.h"
 
 #include <cctype>
 #include <cstring>
 #include <memory>
 #include <string_view>
 
-#include "store/curl_api.h"
+#include "objstore/curl_api.h"
 #include "util/error.h"
 #include "util/text.h"
 

@@ -1,4 +1,4 @@
-#include "store/curl_api.h"
+#include "objstore/curl_api.h"
 
 #include <dlfcn.h>
 
