@@ -30,14 +30,18 @@ JOBS=${DCPCTL_JOBS:-$(nproc)}
 VENV=$ROOT/.venv
 PY=$VENV/bin/python
 
-# What building dcpctl takes (DEMO_PACKAGES, all `demo` installs on a fresh machine), the
-# virtualenv's, then what the tests use (Catch2: the unit tests, which the demo does not build).
-DEMO_PACKAGES=(cmake g++ make pkg-config libcli11-dev nlohmann-json3-dev libzstd-dev zlib1g-dev libssl-dev
-  libcurl4-openssl-dev libexpat1-dev libsentencepiece-dev libutf8proc-dev libonig-dev ccache)
+# What building dcpctl's core takes (DEMO_PACKAGES, all `demo` installs on a fresh machine), what
+# its modules take (MODULE_PACKAGES: the GGUF module's SentencePiece, utf8proc and Oniguruma, the
+# object-store module's libcurl and expat), the virtualenv's, then what the tests use (Catch2: the
+# unit tests, which the demo does not build).
+DEMO_PACKAGES=(cmake g++ make pkg-config libcli11-dev nlohmann-json3-dev libzstd-dev zlib1g-dev libssl-dev ccache)
+MODULE_PACKAGES=(libsentencepiece-dev libutf8proc-dev libonig-dev libcurl4-openssl-dev libexpat1-dev)
+# The modules' options (src/CMakeLists.txt, "the modules"): on for every tree but a fresh demo's.
+MODULES=(GGUF OBJSTORE)
 VENV_PACKAGES=(python3 python3-venv)
 # chromium + chromium-driver: report --html opened in a real browser (tests/browser/report_page_test.py;
 # 26 packages, 131 MB downloaded, 348 MB installed, ~20 s to install on the 2-core VM).
-APT_PACKAGES=("${DEMO_PACKAGES[@]}" "${VENV_PACKAGES[@]}" catch2 mandoc shellcheck zsh fish time util-linux-extra clang-format
+APT_PACKAGES=("${DEMO_PACKAGES[@]}" "${MODULE_PACKAGES[@]}" "${VENV_PACKAGES[@]}" catch2 mandoc shellcheck zsh fish time util-linux-extra clang-format
   chromium chromium-driver)
 # The sanitizer tree of `test` (build-asan, with the libFuzzer targets) and tools/fuzz.sh: Debian
 # 12's clang 14 and its runtime libraries.
@@ -252,8 +256,17 @@ configure() {
   fi
 }
 
-build() {  # build <build dir> [cmake args...]
-  configure "$@"
+# -DDCPCTL_WITH_<MODULE>=ON|OFF for every module.
+module_args() {
+  local m
+  for m in "${MODULES[@]}"; do echo "-DDCPCTL_WITH_$m=$1"; done
+}
+
+build() {  # build <build dir> [cmake args...]: with every module
+  local dir=$1
+  shift
+  # shellcheck disable=SC2046  # one word per module
+  configure "$dir" $(module_args ON) "$@"
   log "building $1"
   cmake --build "$1" -j "$JOBS"
 }
@@ -329,12 +342,17 @@ case "$cmd" in
     build build -DDCPCTL_UNIT_TESTS_IN_ALL=ON
     ;;
   demo)
-    # Only what the binary needs: the Debian packages that build it, and the dcpctl target. No
-    # LibTorch: dcpctl reads and writes torch.save archives itself and loads LibTorch's plugin
-    # only for a torchrun rank, which the demo does not run. A tree already configured with it (a
-    # developer's) keeps it, and its plugin; `test` adds the rest (and LibTorch) either way.
+    # Only what the binary needs: the Debian packages that build its core, and the dcpctl target
+    # without the modules (GGUF, s3:// and gs://), which the demo does not run. No LibTorch:
+    # dcpctl reads and writes torch.save archives itself and loads LibTorch's plugin only for a
+    # torchrun rank, which the demo does not run either. A tree already configured (a
+    # developer's) keeps what it has, LibTorch's plugin and the modules; `build`, `test` and
+    # `pip install` add the rest either way.
     SETUP_PACKAGES=demo setup_apt
     with_torch=OFF
+    modules=()
+    # shellcheck disable=SC2207  # one word per module
+    [ -f build/CMakeCache.txt ] || modules=($(module_args OFF))
     if [ -f build/CMakeCache.txt ]; then
       if grep -q '^DCPCTL_WITH_TORCH:BOOL=' build/CMakeCache.txt; then
         with_torch=$(sed -n 's/^DCPCTL_WITH_TORCH:BOOL=//p' build/CMakeCache.txt)
@@ -350,7 +368,7 @@ case "$cmd" in
       targets+=(dcpctl_torch)
     fi
     use_ccache
-    WITH_TORCH=$with_torch configure build
+    WITH_TORCH=$with_torch configure build "${modules[@]}"
     log "building ${targets[*]}"
     cmake --build build -j "$JOBS" --target "${targets[@]}"
     sample=tests/fixtures/sample/ckpt
