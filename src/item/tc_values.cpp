@@ -11,9 +11,9 @@
 #include <nlohmann/json.hpp>
 
 #include "item/torch_checkpointing.h"
+#include "pickle/pickler.h"
 #include "pickle/vm.h"
 #include "util/error.h"
-#include "write/pickler.h"
 
 namespace dcpctl::tc {
 
@@ -81,41 +81,6 @@ size_t restore_python_floats(nlohmann::json& v, int depth) {
   return n;
 }
 
-// A JSON value as the Python value json.loads gives: None, bool, int (past int64 too, up to
-// uint64), float, str, list, dict (keys memoized). (write/formats/megatron.cpp pickles Megatron's
-// args from JSON alike, within 64-bit ints.) std::length_error past 1000 levels of nesting, where
-// Python's json stops (its recursion limit).
-void pickle_json(Pickler& p, const nlohmann::json& v, int depth) {
-  if (depth > 1000) throw std::length_error("JSON nested too deep");
-  if (v.is_null()) return p.none();
-  if (v.is_boolean()) return p.boolean(v.get<bool>());
-  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
-    const uint64_t u = v.get<uint64_t>();
-    std::string le;
-    for (int i = 0; i < 8; ++i) le.push_back(static_cast<char>((u >> (8 * i)) & 0xFF));
-    le.push_back('\0');  // positive: a sign byte
-    return p.big_integer(le);
-  }
-  if (v.is_number_integer()) return p.integer(v.get<int64_t>());
-  if (v.is_number()) return p.floating(v.get<double>());
-  if (v.is_string()) return p.str(v.get_ref<const std::string&>());
-  if (v.is_array()) {
-    p.empty_list();
-    if (v.empty()) return;
-    p.mark();
-    for (const auto& e : v) pickle_json(p, e, depth + 1);
-    return p.appends();
-  }
-  p.empty_dict();
-  if (v.empty()) return;
-  p.mark();
-  for (const auto& [k, e] : v.items()) {
-    p.str(k, true);
-    pickle_json(p, e, depth + 1);
-  }
-  p.setitems();
-}
-
 }  // namespace
 
 std::unique_ptr<pickle::Tree> value_tree(const std::string& bytes, bool json, const Where& where) {
@@ -135,7 +100,7 @@ std::unique_ptr<pickle::Tree> value_tree(const std::string& bytes, bool json, co
               "torch_checkpointing: a JSON item holding NaN or Infinity and a string that spells dcpctl's "
               "stand-in for them");
       }
-      pickle_json(p, j, 0);
+      pickle_json(p, j);
     } catch (const nlohmann::json::parse_error& e) {
       if (bytes.find("\\ud") != std::string::npos || bytes.find("\\uD") != std::string::npos)
         throw UnsupportedError(where, std::string("torch_checkpointing: a JSON item dcpctl does not parse (") +

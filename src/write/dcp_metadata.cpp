@@ -2,7 +2,7 @@
 
 #include <random>
 
-#include "write/pickler.h"
+#include "pickle/pickler.h"
 
 namespace dcpctl {
 namespace {

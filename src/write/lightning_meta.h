@@ -45,7 +45,7 @@
 #include "plan/plan.h"
 #include "write/consolidate.h"
 #include "write/output.h"
-#include "write/pickler.h"
+#include "pickle/pickler.h"
 #include "write/torch_save.h"
 
 namespace dcpctl {

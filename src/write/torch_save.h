@@ -20,7 +20,7 @@
 
 #include "util/dtype.h"
 #include "write/output.h"
-#include "write/pickler.h"
+#include "pickle/pickler.h"
 
 namespace dcpctl {
 

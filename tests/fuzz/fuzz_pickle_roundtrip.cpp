@@ -1,4 +1,4 @@
-// libFuzzer target: a round trip through the pickle *writer* (write/pickler.cpp). The input
+// libFuzzer target: a round trip through the pickle *writer* (pickle/pickler.cpp). The input
 // drives a generator of random trees (None, bools, ints of every width, big ints, floats with any
 // bit pattern, str memoized or not, bytes, globals, tuples of every length, lists, dicts, sets,
 // torch.Size, objects made by REDUCE with and without BUILD state), written at protocol 2 or 4.
@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "pickle/vm.h"
-#include "write/pickler.h"
+#include "pickle/pickler.h"
 
 namespace {
 

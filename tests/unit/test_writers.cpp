@@ -1,16 +1,19 @@
-// The pickle writer (write/pickler) and the DCP `.metadata` writer (write/dcp_metadata), read
+// The pickle writer (pickle/pickler) and the DCP `.metadata` writer (write/dcp_metadata), read
 // back with dcpctl's own readers (the restricted VM, parse_metadata). torch reading what they
 // write is checked by the interop tests (reshard-*, consolidate-*); these pin the exact bytes and
 // fields.
 #include <catch2/catch.hpp>
 
 #include <cstring>
+#include <stdexcept>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "meta/metadata.h"
+#include "pickle/pickler.h"
 #include "pickle/vm.h"
 #include "write/dcp_metadata.h"
-#include "write/pickler.h"
 
 using namespace dcpctl;
 using pickle::Kind;
@@ -94,6 +97,36 @@ TEST_CASE("pickler: values read back through the VM, strings and globals memoize
         "58010000006b"
         "7100"
         "6800");
+}
+
+// pickle_json: the one JSON -> pickle of the project (torch_checkpointing's JSON items,
+// Megatron-LM's args): the values json.load gives, an integer past int64 a Python int as it is.
+TEST_CASE("pickler: pickle_json writes the values json.load gives, deep nesting refused as Python's json refuses it") {
+  const auto j = nlohmann::json::parse(R"({"a": [1, 18446744073709551615, -2, 1.5, "s", null, true], "b": {}})");
+  Pickler p(2);
+  pickle_json(p, j);
+  p.stop();
+  auto t = read(p.data());
+  REQUIRE(t->root.kind == Kind::Dict);
+  auto top = t->root.items();
+  REQUIRE(top.size() == 4);
+  CHECK(top[0].as_str() == "a");
+  auto a = top[1].items();
+  REQUIRE(a.size() == 7);
+  CHECK(a[0].as_int() == 1);
+  CHECK(a[1].kind == Kind::BigInt);  // 2**64 - 1: eight 0xff bytes and a sign byte
+  CHECK(a[1].as_str() == std::string("\xff\xff\xff\xff\xff\xff\xff\xff\x00", 9));
+  CHECK(a[2].as_int() == -2);
+  CHECK(a[3].as_float() == 1.5);
+  CHECK(a[4].as_str() == "s");
+  CHECK(a[5].kind == Kind::None);
+  CHECK(a[6].kind == Kind::Bool);
+  CHECK(top[2].as_str() == "b");
+  CHECK(top[3].kind == Kind::Dict);
+  nlohmann::json deep = 0;
+  for (int i = 0; i < 1001; ++i) deep = nlohmann::json::array({deep});
+  Pickler q(2);
+  CHECK_THROWS_AS(pickle_json(q, deep), std::length_error);
 }
 
 TEST_CASE("pickler: value() re-emits a decoded tree that decodes the same") {

@@ -5,7 +5,7 @@
 #include "dist/exchange.h"
 #include "dist/group.h"
 #include "item/item_reader.h"
-#include "write/pickler.h"
+#include "pickle/pickler.h"
 
 namespace dcpctl {
 

@@ -24,7 +24,7 @@
 #include "write/execute.h"
 #include "write/executor.h"
 #include "write/output.h"
-#include "write/pickler.h"
+#include "pickle/pickler.h"
 #include "write/reshard.h"
 #include "write/resume.h"
 #include "write/stream.h"

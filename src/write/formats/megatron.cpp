@@ -38,6 +38,7 @@
 
 #include "item/item_reader.h"
 #include "meta/derived.h"
+#include "pickle/pickler.h"
 #include "pickle/repr.h"
 #include "pickle/tree.h"
 #include "plan/format.h"
@@ -45,7 +46,6 @@
 #include "view/maps/keymap.h"
 #include "write/execute.h"
 #include "write/formats/dcp_checkpoint.h"
-#include "write/pickler.h"
 #include "write/reshard.h"
 #include "write/torch_save.h"
 
@@ -62,31 +62,6 @@ std::vector<uint8_t> list_of_none() {
   p.append();
   p.stop();
   return torch_save_object_blob(p.data());
-}
-
-// A JSON value as the Python value json.load gives (an integer past int64 as a float).
-void pickle_json(Pickler& p, const nlohmann::json& v) {
-  if (v.is_null()) return p.none();
-  if (v.is_boolean()) return p.boolean(v.get<bool>());
-  if (v.is_number_integer() && (v.is_number_unsigned() ? v.get<uint64_t>() <= INT64_MAX : true))
-    return p.integer(v.get<int64_t>());
-  if (v.is_number()) return p.floating(v.get<double>());
-  if (v.is_string()) return p.str(v.get<std::string>());
-  if (v.is_array()) {
-    p.empty_list();
-    if (v.empty()) return;
-    p.mark();
-    for (const auto& e : v) pickle_json(p, e);
-    return p.appends();
-  }
-  p.empty_dict();
-  if (v.empty()) return;
-  p.mark();
-  for (const auto& [k, e] : v.items()) {
-    p.str(k, true);
-    pickle_json(p, e);
-  }
-  p.setitems();
 }
 
 // Megatron-LM's args: an argparse.Namespace as CPython pickles it (protocol 2, object's

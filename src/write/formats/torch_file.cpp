@@ -7,7 +7,7 @@
 #include "write/executor.h"
 #include "write/formats/consolidated.h"
 #include "write/output.h"
-#include "write/pickler.h"
+#include "pickle/pickler.h"
 #include "write/torch_save.h"
 
 namespace dcpctl {

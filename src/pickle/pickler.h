@@ -15,6 +15,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "pickle/value.h"
 
 namespace dcpctl {
@@ -67,5 +69,10 @@ class Pickler {
   std::unordered_map<std::string, uint32_t> memo_;
   uint32_t next_memo_ = 0;
 };
+
+// A JSON value pickled as the Python value json.load gives: None, bool, int (past int64 too, up
+// to uint64: a long, as Python's int), float, str, list, dict (keys memoized).
+// std::length_error past 1000 levels of nesting, where Python's json stops (its recursion limit).
+void pickle_json(Pickler& p, const nlohmann::json& v);
 
 }  // namespace dcpctl

@@ -1,7 +1,11 @@
-#include "write/pickler.h"
+#include "pickle/pickler.h"
 
+#include <cstdint>
 #include <cstring>
 #include <stdexcept>
+#include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "pickle/opcodes.h"
 
@@ -311,6 +315,45 @@ bool Pickler::value(const Value& v, int depth) {
     case Kind::Ext: return false;  // a parser's folded record: no pickle form of its own
   }
   return false;
+}
+
+namespace {
+
+void pickle_json_at(Pickler& p, const nlohmann::json& v, int depth) {
+  if (depth > 1000) throw std::length_error("JSON nested too deep");
+  if (v.is_null()) return p.none();
+  if (v.is_boolean()) return p.boolean(v.get<bool>());
+  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
+    const uint64_t u = v.get<uint64_t>();
+    std::string le;
+    for (int i = 0; i < 8; ++i) le.push_back(static_cast<char>((u >> (8 * i)) & 0xFF));
+    le.push_back('\0');  // positive: a sign byte
+    return p.big_integer(le);
+  }
+  if (v.is_number_integer()) return p.integer(v.get<int64_t>());
+  if (v.is_number()) return p.floating(v.get<double>());
+  if (v.is_string()) return p.str(v.get_ref<const std::string&>());
+  if (v.is_array()) {
+    p.empty_list();
+    if (v.empty()) return;
+    p.mark();
+    for (const auto& e : v) pickle_json_at(p, e, depth + 1);
+    return p.appends();
+  }
+  p.empty_dict();
+  if (v.empty()) return;
+  p.mark();
+  for (const auto& [k, e] : v.items()) {
+    p.str(k, true);
+    pickle_json_at(p, e, depth + 1);
+  }
+  p.setitems();
+}
+
+}  // namespace
+
+void pickle_json(Pickler& p, const nlohmann::json& v) {
+  pickle_json_at(p, v, 0);
 }
 
 }  // namespace dcpctl
