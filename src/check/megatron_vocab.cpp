@@ -9,7 +9,6 @@
 #include "store/file.h"
 #include "util/error.h"
 #include "view/maps/keymap.h"
-#include "write/run.h"
 
 namespace dcpctl {
 

@@ -44,6 +44,9 @@
 // dist_checkpointing.load into a GPTModel built with config.json's vocab_size, as before).
 #pragma once
 
+#include <cstdint>
+#include <string>
+
 #include <nlohmann/json.hpp>
 
 namespace dcpctl {
@@ -51,7 +54,17 @@ namespace dcpctl {
 struct Checkpoint;
 struct MappedModel;
 struct MapConfig;
-struct MegatronTarget;
+
+// The Megatron-LM run a Hugging Face model is written for (--format megatron with --map
+// megatron: pad_megatron_vocab below): --megatron-args FILE (a JSON object of
+// Megatron-LM's argument names, what `json.dump(vars(args))` writes), --make-vocab-size-divisible-by,
+// --tensor-model-parallel-size (0: not given). Any of them given: the vocabulary is padded as
+// Megatron-LM pads it and the common state carries an `args` Namespace.
+struct MegatronTarget {
+  std::string args_file;
+  int64_t divisible_by = 0, tp = 0;
+  bool given() const { return !args_file.empty() || divisible_by > 0 || tp > 0; }
+};
 
 // For a Megatron -> Hugging Face map: the outputs model.embed_tokens.weight and lm_head.weight
 // cut to config.json's vocab_size rows where the rest is Megatron's padding (the map's `vocab`

@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "check/megatron_vocab.h"
 #include "meta/manifest.h"
 #include "meta/select.h"
 #include "store/file.h"
@@ -38,17 +39,6 @@
 namespace dcpctl {
 
 class Group;
-
-// The Megatron-LM run a Hugging Face model is written for (--format megatron with --map
-// megatron: check/megatron_vocab.h's pad_megatron_vocab): --megatron-args FILE (a JSON object of
-// Megatron-LM's argument names, what `json.dump(vars(args))` writes), --make-vocab-size-divisible-by,
-// --tensor-model-parallel-size (0: not given). Any of them given: the vocabulary is padded as
-// Megatron-LM pads it and the common state carries an `args` Namespace.
-struct MegatronTarget {
-  std::string args_file;
-  int64_t divisible_by = 0, tp = 0;
-  bool given() const { return !args_file.empty() || divisible_by > 0 || tp > 0; }
-};
 
 // What every write command (consolidate, reshard, cast) takes.
 struct WriteOptions {
