@@ -9,6 +9,9 @@
 #ifdef DCPCTL_WITH_OBJSTORE
 #include "objstore/register.h"
 #endif
+#ifdef DCPCTL_WITH_TORCH_CHECKPOINTING
+#include "torch_checkpointing/register.h"
+#endif
 
 namespace dcpctl::cli {
 
@@ -18,6 +21,9 @@ void register_modules() {
 #endif
 #ifdef DCPCTL_WITH_OBJSTORE
   register_objstore();
+#endif
+#ifdef DCPCTL_WITH_TORCH_CHECKPOINTING
+  register_torch_checkpointing();
 #endif
 }
 

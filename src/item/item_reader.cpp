@@ -4,7 +4,7 @@
 #include <cstring>
 #include <functional>
 
-#include "item/torch_checkpointing.h"
+#include "item/raw_values.h"
 #include "item/torch_zip.h"
 #include "item/transforms.h"
 #include "meta/derived.h"
@@ -383,7 +383,7 @@ std::unique_ptr<pickle::Tree> ItemReader::read_bytes(const BytesMeta& bm) const 
                                           std::to_string(limits_.max_pickle_bytes) + ")");
     std::string bytes(static_cast<size_t>(o.src->size()), '\0');
     o.src->read(0, bytes.data(), bytes.size());
-    return tc::value_tree(bytes, tc::json_item_file(ck_.md.files.at(ref.file)), o.where);
+    return raw::value_tree(bytes, raw::json_file(ck_.md.files.at(ref.file)), o.where);
   }
   if (!o.zip) throw FormatError(o.where, "non-tensor item is not a torch.save archive");
   std::vector<uint8_t> pkl = o.zip->read_small("data.pkl", limits_.max_pickle_bytes);

@@ -335,7 +335,6 @@ Checkpoint open_torch_save_ranks_row(const Probe& p) {
 void install_item_readers() {
   install_reader(CheckpointLayout::TorchSave, &open_torch_save_row);
   install_reader(CheckpointLayout::TorchSaveRanks, &open_torch_save_ranks_row);
-  install_torch_checkpointing();
 }
 
 }  // namespace dcpctl

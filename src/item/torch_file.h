@@ -104,7 +104,4 @@ struct RankFileSet {
 };
 Checkpoint open_rank_file_set(RankFileSet set);
 
-// torch_checkpointing's row (item/torch_checkpointing.cpp); install_item_readers() calls it.
-void install_torch_checkpointing();
-
 }  // namespace dcpctl

@@ -183,7 +183,9 @@ std::vector<LayoutReader>& table() {
        "every rank 0..W-1 (metadata.pkl's world size) has its file of every item, the files agree with metadata.pkl, "
        "and the pieces "
        "tile every tensor",
-       detect_torch_checkpointing, nullptr},
+       detect_torch_checkpointing, nullptr, false,
+       "the torch_checkpointing module (src/torch_checkpointing/), which this build of dcpctl left out: configure it "
+       "with -DDCPCTL_WITH_TORCH_CHECKPOINTING=ON"},
       {CheckpointLayout::HfSafetensors, "hf-safetensors", "Hugging Face safetensors (consolidated)",
        "every file the index (or the model-i-of-N names) promises is present and holds its keys", detect_safetensors,
        open_safetensors_row},

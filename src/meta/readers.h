@@ -21,7 +21,8 @@
 // - a row whose reader lives above meta/ (a torch.save zip needs the item layer's LibTorch
 //   plugin) or in a module (a GGUF file: src/gguf/, which a build may leave out) has its `open`
 //   installed by that layer or module (install_reader; item/torch_file.h's install_item_readers(),
-//   gguf/register.h's register_gguf()); until then its paths are refused as unsupported, naming
+//   gguf/register.h's register_gguf(), torch_checkpointing/register.h's
+//   register_torch_checkpointing()); until then its paths are refused as unsupported, naming
 //   the layout and what would read it (`installed_by`);
 // - when no row takes a directory, what it is not is said in one place (open_checkpoint: a DCP
 //   save that did not finish, an index without its files, a trainer's step folder read through
@@ -49,7 +50,7 @@ enum class CheckpointLayout {
   TorchSave,            // one torch.save file of a state_dict (item/torch_file.h; diff and stats)
   TorchSaveRanks,       // model_world_size_W_rank_R.pt: one torch.save of DTensor shards per rank (verl)
   TorchCheckpointing,   // torch_checkpointing ("DCPv2"): <item>_<rank>.pt (+ metadata.pkl)
-                        // (item/torch_checkpointing.cpp)
+                        // (torch_checkpointing/: its module)
   Gguf,                 // one GGUF file, llama.cpp's (the GGUF module, src/gguf/)
 };
 

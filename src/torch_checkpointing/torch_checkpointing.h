@@ -1,5 +1,5 @@
-// torch_checkpointing's metadata.pkl as the reader uses it (item/torch_checkpointing.cpp reads it,
-// item/tc_safetensors.cpp places the safetensors layout's local shards by it). Internal to item/.
+// torch_checkpointing's metadata.pkl as the reader uses it (torch_checkpointing.cpp reads it,
+// tc_safetensors.cpp places the safetensors layout's local shards by it). Internal to the module.
 #pragma once
 
 #include <map>
@@ -59,13 +59,12 @@ void add_safetensors_item(Checkpoint& ck, const Metadata& md, const std::string&
 // A relative path inside the checkpoint folder (no "..", not absolute); FormatError otherwise.
 void check_inside(const std::string& rel, const Where& where);
 
-// A JSON or raw-bytes item (JsonSerialization, RawSerialization) is listed as a non-tensor item
-// whose storage is the whole file of its lowest rank, format ItemFormat::Raw (the value's bytes as
-// they are, no torch.save zip): the item reader decodes it here into the Python value the
-// library's load returns: a `.json` file's JSON value (json.loads), any other file's bytes.
-// FormatError (damage) for JSON that does not parse; UnsupportedError for JSON only Python's
-// json reads (NaN, Infinity, a lone surrogate).
-bool json_item_file(const std::string& path);
-std::unique_ptr<pickle::Tree> value_tree(const std::string& bytes, bool json, const Where& where);
-
 }  // namespace dcpctl::tc
+
+namespace dcpctl {
+
+struct Probe;
+// The readers' table's torch-checkpointing row (meta/readers.h): a folder's items and ranks.
+Checkpoint open_torch_checkpointing(const Probe& p);
+
+}  // namespace dcpctl

@@ -22,11 +22,11 @@
 #include <map>
 #include <set>
 
-#include "item/torch_checkpointing.h"
 #include "meta/geometry.h"
 #include "meta/layouts.h"
 #include "meta/safetensors_header.h"
 #include "store/file.h"
+#include "torch_checkpointing/torch_checkpointing.h"
 
 namespace dcpctl::tc {
 

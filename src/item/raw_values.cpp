@@ -1,7 +1,5 @@
-// torch_checkpointing's JSON and raw-bytes items as the Python values the library's load returns
-// (item/torch_checkpointing.h: tc::json_item_file, tc::value_tree). Apart from the reader, so that
-// the item reader that decodes them (item/item_reader.cpp) needs only the pickler and the VM: the
-// fuzz tree's item target compiles it with those alone (tests/fuzz/CMakeLists.txt).
+#include "item/raw_values.h"
+
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -10,14 +8,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "item/torch_checkpointing.h"
 #include "pickle/pickler.h"
 #include "pickle/vm.h"
 #include "util/error.h"
 
-namespace dcpctl::tc {
+namespace dcpctl::raw {
 
-bool json_item_file(const std::string& path) {
+bool json_file(const std::string& path) {
   return path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0;
 }
 
@@ -118,4 +115,4 @@ std::unique_ptr<pickle::Tree> value_tree(const std::string& bytes, bool json, co
   return pickle::parse(ByteSpan(reinterpret_cast<const uint8_t*>(p.data().data()), p.data().size()), po);
 }
 
-}  // namespace dcpctl::tc
+}  // namespace dcpctl::raw

@@ -32,7 +32,7 @@
 //                      another item, sub-folders too: `config_0.json`, `extra/blob_0.bin`), or
 //                      where metadata.pkl records them; each is one bytes item holding its lowest
 //                      rank's file (ItemFormat::Raw, decoded by the item reader through
-//                      tc::value_tree: `.json` the JSON value, else bytes). Other layout types
+//                      item/raw_values.h: `.json` the JSON value, else bytes). Other layout types
 //                      are refused (UnsupportedError naming torch_checkpointing and the layout),
 //                      as are `<item>_<rank>.safetensors` files without metadata.pkl (nothing
 //                      places them).
@@ -52,16 +52,18 @@
 
 #include <nlohmann/json.hpp>
 
-#include "item/torch_checkpointing.h"
+#include "item/raw_values.h"
 #include "item/torch_file.h"
 #include "meta/geometry.h"
 #include "meta/layouts.h"
 #include "pickle/repr.h"
 #include "pickle/vm.h"
 #include "store/file.h"
+#include "torch_checkpointing/torch_checkpointing.h"
 
 namespace dcpctl {
 
+using meta_detail::ends_with;
 using pickle::Kind;
 using pickle::Value;
 
@@ -398,13 +400,13 @@ void add_value_items(Checkpoint& ck, const std::map<std::string, ValueItem>& ite
       ck.md.files.push_back(rel);
       if (first) listed.push_back({&vi, file});
       first = false;
-      if (!tc::json_item_file(rel)) continue;
+      if (!raw::json_file(rel)) continue;
       ReadFile f(path);
       if (f.size() > (uint64_t{64} << 20)) continue;  // checked when read
       std::string text(static_cast<size_t>(f.size()), '\0');
       f.read_at(0, text.data(), text.size(), key);
       try {
-        tc::value_tree(text, true, Where(path, std::nullopt, key));
+        raw::value_tree(text, true, Where(path, std::nullopt, key));
       } catch (const FormatError& e) {
         ck.incomplete.push_back({"item-invalid", e.where(), e.detail()});
       } catch (const UnsupportedError&) {
@@ -485,7 +487,7 @@ class TorchCheckpointingOpener {
                                "torch_checkpointing: item '" + item + "' is saved in " + type +
                                    " by some ranks and in " + (l ? l->type : std::string("the default layout")) +
                                    " by rank " + std::to_string(rank) + "; dcpctl reads an item in one layout");
-      if (tc::json_item_file(l->file_path) != (type == "JsonSerialization"))
+      if (raw::json_file(l->file_path) != (type == "JsonSerialization"))
         throw UnsupportedError(
             Where(meta_path_, std::nullopt, item),
             "torch_checkpointing: item '" + item + "' is saved in " + type + " at " + l->file_path +
@@ -637,14 +639,10 @@ class TorchCheckpointingOpener {
   std::vector<std::string> absent_items_;
 };
 
-Checkpoint open_torch_checkpointing(const Probe& p) {
-  return TorchCheckpointingOpener(p).open();
-}
-
 }  // namespace
 
-void install_torch_checkpointing() {
-  install_reader(CheckpointLayout::TorchCheckpointing, &open_torch_checkpointing);
+Checkpoint open_torch_checkpointing(const Probe& p) {
+  return TorchCheckpointingOpener(p).open();
 }
 
 }  // namespace dcpctl
