@@ -377,9 +377,11 @@ def _serve_one(python_args, argv, runpy):
 
 
 def converter_digests(name):
-    """The chkhsh values the converter's get_vocab_base_pre maps to `name` (qwen2 has several)."""
+    """The chkhsh values the converter's get_vocab_base_pre maps to `name` (qwen2 has several). Its
+    table is a run of `if`s, so a digest met twice is named by the last (MPT's: `mpt`, then `olmo`)."""
     text = (fetch() / "conversion" / "base.py").read_text()
-    found = [d for d, res in re.findall(r'if chkhsh == "([0-9a-f]{64})":\n(?:\s*#.*\n)*\s*res = "([^"]+)"', text) if res == name]
+    last = dict(re.findall(r'if chkhsh == "([0-9a-f]{64})":\n(?:\s*#.*\n)*\s*res = "([^"]+)"', text))
+    found = [d for d, res in last.items() if res == name]
     if not found:
         sys.exit(f"gguf_oracle: the converter names no digest {name}")
     return found
@@ -537,7 +539,12 @@ def built_spm_tokenizer(name, out):
 # The families' tokenizers as their releases ship them (FAMILIES), rebuilt from llama.cpp's vocab
 # files: the tokens (NORMAL in the model's vocabulary, CONTROL as special added tokens, USER_DEFINED
 # but llama.cpp's `[PAD{i}]` fillers as added tokens that are not special) and merges, with the
-# normalizer, pre-tokenizer, post-processor and tokenizer_config.json the release has. Each is
+# normalizer, pre-tokenizer, post-processor and tokenizer_config.json the release has. The special
+# tokens the BPE was trained with (the CONTROL ones among the NORMAL ids: StarCoder's 0..37,
+# GPT-NeoX's 0 and 1, Command-R's 0..7) are in the model's vocabulary too, as the releases hold
+# them: transformers 5.24's rebuilding classes (GPT2Tokenizer, GPTNeoXTokenizer, CohereTokenizer)
+# build the BPE from that vocabulary alone and give an added token missing from it the next free id
+# past it, where a model token already is. Each is
 # checked twice: transformers' AutoTokenizer (the class it picks for `check_type`, the family's own
 # model type) encodes llama.cpp's test texts (.inp) to its token ids (.out, written by the update
 # script from the release's own tokenizer), and the check text to a digest the converter's table
@@ -597,8 +604,9 @@ FAMILIES = {
                       config={"tokenizer_class": "CohereTokenizerFast", "add_bos_token": True, "add_eos_token": False,
                               "bos_token": "<BOS_TOKEN>", "eos_token": "<|END_OF_TURN_TOKEN|>", "pad_token": "<PAD>",
                               "unk_token": "<UNK>", "cls_token": "<CLS>", "sep_token": "<SEP>", "mask_token": "<MASK_TOKEN>"}),
-    # MPT (mosaicml/mpt-7b, GPT-NeoX's tokenizer): NFC, byte-level; GPTNeoXTokenizerFast.
-    "mpt": dict(vocab="mpt", converter="mpt", check_type="mpt", normalizer=NFC, pre=BYTE_LEVEL(True),
+    # MPT (mosaicml/mpt-7b, GPT-NeoX's tokenizer): NFC, byte-level; GPTNeoXTokenizerFast. The
+    # converter names its digest `olmo` (OLMo 1.7's, the same tokenizer, comes later in its table).
+    "mpt": dict(vocab="mpt", converter="olmo", check_type="mpt", normalizer=NFC, pre=BYTE_LEVEL(True),
                 config={"tokenizer_class": "GPTNeoXTokenizerFast", "bos_token": "<|endoftext|>",
                         "eos_token": "<|endoftext|>", "unk_token": "<|endoftext|>"}),
 }
@@ -614,7 +622,8 @@ def family_tokenizer(name, out):
     added = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
               "normalized": types[i] != control, "special": types[i] == control}
              for i, t in enumerate(tokens) if types[i] == control or (types[i] == user and not t.startswith("[PAD"))]
-    vocab = {t: i for i, t in enumerate(tokens) if types[i] == normal}
+    last = max(i for i, t in enumerate(types) if t == normal)
+    vocab = {t: i for i, t in enumerate(tokens) if types[i] == normal or (types[i] == control and i < last)}
     post = {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False, "use_regex": True}
     config = dict(f["config"])
     if f.get("bos"):
@@ -641,6 +650,11 @@ def family_tokenizer(name, out):
         tok = AutoTokenizer.from_pretrained(str(out))
     finally:
         (out / "config.json").unlink()
+    moved = [(a["content"], a["id"], tok.convert_tokens_to_ids(a["content"])) for a in added
+             if tok.convert_tokens_to_ids(a["content"]) != a["id"]]
+    if moved:
+        sys.exit(f"gguf_oracle: {name} ({type(tok).__name__}) gives {len(moved)} added tokens other ids than the vocab file "
+                 f"(content, file's, transformers'): {moved[:5]}")
     tests = vocab_tests(f["vocab"])
     for text, want in tests:
         got = tok.encode(text, add_special_tokens=False)
