@@ -60,7 +60,7 @@ LLAMA = CACHE / f"llama_cpp_python-{VERSION}" / "vendor" / "llama.cpp"
 # What the converter and these checks read of the sdist (76 MB; these are a few MB).
 MEMBERS = ("convert_hf_to_gguf.py", "conversion/", "gguf-py/", "ggml/src/ggml-quants.c",
            *(f"models/ggml-vocab-{n}.gguf{x}" for n in ("llama-bpe", "qwen2", "llama-spm", "deepseek-llm", "deepseek-coder",
-                                                          "gpt-2", "starcoder", "command-r", "mpt") for x in ("", ".inp", ".out")))
+                                                          "gpt-2", "starcoder", "command-r", "mpt", "falcon") for x in ("", ".inp", ".out")))
 
 # llama.cpp's CMake options for the oracle build: CPU only, nothing tuned to the building machine,
 # and -O1 for Release (llama-cpp-python's build type) instead of -O3: the oracle runs tiny models,
@@ -604,6 +604,16 @@ FAMILIES = {
                       config={"tokenizer_class": "CohereTokenizerFast", "add_bos_token": True, "add_eos_token": False,
                               "bos_token": "<BOS_TOKEN>", "eos_token": "<|END_OF_TURN_TOKEN|>", "pad_token": "<PAD>",
                               "unk_token": "<UNK>", "cls_token": "<CLS>", "sep_token": "<SEP>", "mask_token": "<MASK_TOKEN>"}),
+    # Falcon (tiiuae/falcon-7b): no normalizer; punctuation runs split out, byte-level, then digit
+    # runs and threes of digits split in the byte-level text; PreTrainedTokenizerFast (the falcon
+    # model type registers none: TokenizersBackend), its 12 special tokens (ids 0..11) in the vocabulary.
+    "falcon": dict(vocab="falcon", converter="falcon", check_type="falcon", normalizer=None,
+                   pre={"type": "Sequence", "pretokenizers": [
+                       {"type": "Punctuation", "behavior": "Contiguous"}, BYTE_LEVEL(True),
+                       {"type": "Digits", "individual_digits": False},
+                       {"type": "Split", "pattern": {"Regex": "[0-9][0-9][0-9]"}, "behavior": "Isolated", "invert": False}]},
+                   config={"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|endoftext|>",
+                           "add_prefix_space": False}),
     # MPT (mosaicml/mpt-7b, GPT-NeoX's tokenizer): NFC, byte-level; GPTNeoXTokenizerFast. The
     # converter names its digest `olmo` (OLMo 1.7's, the same tokenizer, comes later in its table).
     "mpt": dict(vocab="mpt", converter="olmo", check_type="mpt", normalizer=NFC, pre=BYTE_LEVEL(True),

@@ -95,13 +95,16 @@ class ByteLevelBpe {
     }
   }
 
-  // The ids of one pre-tokenized piece (UTF-8), appended to `ids`.
+  // The ids of one pre-tokenized piece (in the byte-level alphabet), appended to `ids`.
   void encode(const std::string& piece, std::vector<int64_t>& ids) const {
-    std::vector<std::string> sym;
-    for (unsigned char b : piece) sym.push_back(byte_chars()[b]);
-    std::string whole;
-    for (const std::string& s : sym) whole += s;
-    if (auto it = vocab_.find(whole); ignore_merges_ && it != vocab_.end()) {
+    std::vector<std::string> sym;  // its characters: each one byte of the text
+    for (size_t at = 0; at < piece.size();) {
+      const auto lead = static_cast<unsigned char>(piece[at]);
+      const size_t n = lead < 0x80 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4;
+      sym.push_back(piece.substr(at, n));
+      at += n;
+    }
+    if (auto it = vocab_.find(piece); ignore_merges_ && it != vocab_.end()) {
       ids.push_back(it->second);
       return;
     }
@@ -165,6 +168,7 @@ std::string pre_name(const std::string& digest) {
       // MPT's (GPT-NeoX's vocabulary, NFC): the converter's table names this digest `mpt`, then
       // `olmo` (OLMo 1.7's), a run of ifs: the last is written.
       {"b6dc8df998e1cfbdc4eac8243701a65afe638679230920b50d6f17d81c098166", "olmo"},
+      {"8aeee3860c56296a157a1fe2fad249ec40aa59b1bb5709f4ade11c4e6fe652ed", "falcon"},
       // GLM's (the converter's rows for glm-4-9b-hf, GLM-4.5-Air and GLM-4.7-Flash): Llama 3's split
       // pattern over GLM's own vocabulary; not checked here, as no GLM vocabulary is at hand (a
       // digest dcpctl computes otherwise than transformers matches none and is refused).

@@ -151,22 +151,20 @@ ARCHS = {
     # norms only; GPT-2's tokenizer (OLMo 2's own is not among llama.cpp's files).
     "olmo2": (transformers.Olmo2Config, "gpt-2", {}),
     # StarCoder 2 (StarCoder2Model): LayerNorm with biases, biases on every projection, a plain MLP
-    # (c_fc, c_proj); GPT-2's tokenizer (GPT2Tokenizer, StarCoder 2's class). StarCoder's own rebuilt
-    # files are not: transformers 5.24's GPT2Tokenizer gives their 38 special tokens other ids, where
-    # the converter writes [PAD0..37] (docs/gguf.md, the families' table), which dcpctl does not.
-    "starcoder2": (transformers.Starcoder2Config, "gpt-2", dict(sliding_window=16, bos_token_id=50256, eos_token_id=50256)),
+    # (c_fc, c_proj); StarCoder's own tokenizer (GPT2Tokenizer, its 38 special tokens at ids 0..37
+    # in the vocabulary as the release has them; <|endoftext|> 0 its bos and eos).
+    "starcoder2": (transformers.Starcoder2Config, "starcoder", dict(sliding_window=16, bos_token_id=0, eos_token_id=0)),
     # Command-R (CommandR2Model, CohereForCausalLM; tied, as its releases: the converter has no
     # output tensor for it): parallel attention and MLP after one LayerNorm (no bias), the logit
     # scale, model_max_length as the context; no q/k norms (llama.cpp loads them only at 64 layers and
-    # more, Command R+); GPT-2's tokenizer: its own (llama.cpp's command-r vocabulary) is refused by
-    # dcpctl (docs/gguf.md, Tokenizers).
-    "command-r": (transformers.CohereConfig, "gpt-2", dict(use_qk_norm=False, logit_scale=0.125, model_max_length=512,
-                                                            bos_token_id=50256, eos_token_id=50256, pad_token_id=None)),
+    # more, Command R+); its own tokenizer (CohereTokenizer, NFC, its 256,000 ids; CohereConfig's
+    # ids: pad 0, bos 5, eos 255001, as the release's).
+    "command-r": (transformers.CohereConfig, "command-r", dict(use_qk_norm=False, logit_scale=0.125, model_max_length=512)),
     # Falcon (FalconModel): Falcon-40B's layout (new_decoder_architecture: grouped KV heads, ln_attn and
     # ln_mlp), the fused query_key_value regrouped as the converter's jploski layout, LayerNorms with
-    # biases; GPT-2's tokenizer (Falcon's own is not among llama.cpp's files).
-    "falcon": (transformers.FalconConfig, "gpt-2", dict(new_decoder_architecture=True, num_kv_heads=2, bias=False,
-                                                         bos_token_id=50256, eos_token_id=50256)),
+    # biases; its own tokenizer (llama.cpp's falcon vocabulary: punctuation, byte-level, digits;
+    # <|endoftext|> 11 its bos and eos, FalconConfig's defaults).
+    "falcon": (transformers.FalconConfig, "falcon", dict(new_decoder_architecture=True, num_kv_heads=2, bias=False)),
     # Ministral 3 (Mistral3Model's Ministral3Model, a LlamaModel under mistral3): its yarn rope with
     # mscale_all_dim and llama_4_scaling_beta, head_dim 32; Llama 3's tokenizer (Mistral's Tekken is
     # a byte-level BPE too, not among llama.cpp's files).
@@ -175,9 +173,9 @@ ARCHS = {
         "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0, "llama_4_scaling_beta": 0.1})),
     # MPT (MPTModel): registered as MosaicML's remote code names it, MPTForCausalLM (transformers saves
     # MptForCausalLM, which the converter does not know: renamed in config.json after saving, as
-    # MosaicML's releases have it); no LayerNorm biases, ALiBi, the fused Wqkv; GPT-2's tokenizer (MPT's
-    # own is refused by dcpctl: its added tokens are in the converter's check text).
-    "mpt": (transformers.MptConfig, "gpt-2", dict(expansion_ratio=4, max_seq_len=256, no_bias=True,
+    # MosaicML's releases have it); no LayerNorm biases, ALiBi, the fused Wqkv; its own tokenizer
+    # (GPTNeoXTokenizer, NFC, runs of spaces as added tokens, which the check text holds).
+    "mpt": (transformers.MptConfig, "mpt", dict(expansion_ratio=4, max_seq_len=256, no_bias=True,
                                                    attn_config={"alibi": True, "alibi_bias_max": 8, "clip_qkv": None})),
 }
 
@@ -386,7 +384,7 @@ def tiny_model(arch: str, out: Path, tokenizer: str | None = None, extra_vocab: 
         gguf_oracle.tokenizer(tokenizer or ARCHS[arch][1], str(out))
         tok = json.loads((out / "tokenizer.json").read_text())
         vocab, special = len(tok["model"]["vocab"]) + len(tok["added_tokens"]), {}
-        if tokenizer:
+        if tokenizer or ARCHS[arch][1] in gguf_oracle.FAMILIES:  # their special tokens may be in both lists
             vocab = 1 + extra_vocab + max([*tok["model"]["vocab"].values(), *(a["id"] for a in tok["added_tokens"])])
     if arch == "glm4moe":
         ids = list(tok["model"]["vocab"].values()) + [a["id"] for a in tok["added_tokens"]]
