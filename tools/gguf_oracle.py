@@ -4,8 +4,9 @@
     tools/gguf_oracle.py fetch                 # the sdist into ~/.cache/dcpctl, unpacked; prints the llama.cpp dir
     tools/gguf_oracle.py tokenizer NAME DIR    # a real tokenizer.json for NAME (llama-bpe, qwen2, or one of
                                                # FAMILIES: qwen2-nfc, deepseek-llm, deepseek-coder, gpt-2,
-                                               # starcoder, command-r, mpt) in DIR, or a real SentencePiece
-                                               # tokenizer.model (llama-spm: Llama 2's)
+                                               # starcoder, command-r, mpt, falcon) in DIR, or a real SentencePiece
+                                               # tokenizer.model (llama-spm: Llama 2's; mistral-v1,
+                                               # mistral-v3: Mistral's own, from mistral-common's wheel)
     tools/gguf_oracle.py check                 # the BPE tokenizers rebuilt, each named by the converter's
                                                # table (FAMILIES' also tokenizing llama.cpp's test texts);
                                                # llama-spm's, tokenizing llama.cpp's test texts
@@ -485,11 +486,50 @@ def vocab_tests(name):
     return [(t, [int(x) for x in i.split()]) for t, i in zip(texts[:-1], ids[:-1])]
 
 
+# Mistral's own SentencePiece models, as mistral-common (Mistral AI's library, Apache-2.0) ships them
+# in its wheel's data/ folder, the tokenizer.model of the releases: v1 Mistral 7B v0.1's and
+# Mixtral 8x7B's (32,000 pieces), v3 Mistral 7B v0.3's and Mixtral 8x22B's (32,768: after <unk>,
+# <s> and </s>, 748 control pieces, [INST], [/INST], [TOOL_CALLS], ..., [control_N], then 20
+# [REFERENCE_DOC_N] normal ones). The wheel is downloaded once (pip, no dependencies, nothing
+# installed) and checked by its SHA-256.
+MISTRAL_COMMON = "1.13.1"
+MISTRAL_WHEEL_SHA256 = "98b4d0755b8d90bf4691fa8f1b70cb3b4a8cd4dc1653c4ed08ef3d1c7d2c29af"
+MISTRAL_SPM = {"mistral-v1": "tokenizer.model.v1", "mistral-v3": "mistral_instruct_tokenizer_240323.model.v3"}
+
+
+def mistral_model(name):
+    """MISTRAL_SPM[name] unpacked from mistral-common's wheel: its path."""
+    import zipfile
+    cache = CACHE.parent / f"mistral-common-{MISTRAL_COMMON}"
+    path = cache / MISTRAL_SPM[name]
+    if path.exists():
+        return path
+    wheel = cache / f"mistral_common-{MISTRAL_COMMON}-py3-none-any.whl"
+    if not wheel.exists():
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--only-binary", ":all:", "--no-deps",
+                        f"mistral-common=={MISTRAL_COMMON}", "-d", str(cache)], check=True)
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    if digest != MISTRAL_WHEEL_SHA256:
+        wheel.unlink()
+        sys.exit(f"gguf_oracle: {wheel}: SHA-256 {digest}, want {MISTRAL_WHEEL_SHA256} (removed)")
+    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
+    with zipfile.ZipFile(wheel) as z:
+        tmp.write_bytes(z.read(f"mistral_common/data/{MISTRAL_SPM[name]}"))
+    tmp.rename(path)
+    return path
+
+
 def spm_tokenizer(name, out):
     """tokenizer.model for `name` (SPM) in `out`, built from llama.cpp's vocab file and checked:
     sentencepiece itself must give llama.cpp's ids for every one of its test texts. Kept under
-    CACHE/tokenizers as tokenizer() keeps its files. Returns the number of texts checked."""
+    CACHE/tokenizers as tokenizer() keeps its files. Returns the number of texts checked. For a
+    name of MISTRAL_SPM, Mistral's own file (no test texts: 0)."""
     import shutil
+    if name in MISTRAL_SPM:
+        out = Path(out)
+        out.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(mistral_model(name), out / "tokenizer.model")
+        return 0
     key = hashlib.sha256((SDIST_SHA256 + " ").encode() + Path(__file__).read_bytes()).hexdigest()[:16]
     kept = CACHE / "tokenizers" / f"{name}-{key}"
     if not (kept / "checked").exists():
@@ -684,7 +724,7 @@ def main(argv):
         print(fetch())
     elif argv[:1] == ["tokenizer"] and len(argv) == 3 and (argv[1] in PATTERNS or argv[1] in FAMILIES):
         print(tokenizer(argv[1], argv[2]))
-    elif argv[:1] == ["tokenizer"] and len(argv) == 3 and argv[1] in SPM:
+    elif argv[:1] == ["tokenizer"] and len(argv) == 3 and (argv[1] in SPM or argv[1] in MISTRAL_SPM):
         print(f"{argv[1]}: tokenizer.model, {spm_tokenizer(argv[1], argv[2])} texts tokenized as llama.cpp's tests say")
     elif argv[:1] == ["serve"] and len(argv) == 1:  # _ConverterServer's process
         serve()

@@ -76,10 +76,13 @@ ARCHS = {
         rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
                          "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})),
     "mistral": (transformers.MistralConfig, "llama-bpe", {}),
-    # Llama 2's SentencePiece tokenizer (spm_tokenizer below), the converter's _set_vocab_sentencepiece;
-    # mixtral-spm also pads the vocabulary past the model's pieces and adds a token (SPM_EXTRAS).
+    # SentencePiece tokenizers (spm_tokenizer below), the converter's _set_vocab_sentencepiece: Llama
+    # 2's; Mixtral 8x7B's and Mistral 7B v0.3's own (mistral-common's files, gguf_oracle.MISTRAL_SPM:
+    # v3's 748 control pieces); mixtral-spm also pads the vocabulary past the model's pieces and adds
+    # a token (SPM_EXTRAS).
     "llama-spm": (transformers.LlamaConfig, "llama-spm", {}),
-    "mixtral-spm": (transformers.MixtralConfig, "llama-spm", dict(num_local_experts=4, num_experts_per_tok=2)),
+    "mixtral-spm": (transformers.MixtralConfig, "mistral-v1", dict(num_local_experts=4, num_experts_per_tok=2)),
+    "mistral-spm": (transformers.MistralConfig, "mistral-v3", {}),
     # Not a release's pairing and not a default case: Qwen2Model.set_vocab (qwen2, qwen3) also takes a
     # tokenizer.model first, and dcpctl with it.
     "qwen3-spm": (transformers.Qwen3Config, "llama-spm", {}),
@@ -301,13 +304,14 @@ SPM_EXTRAS = dict(vocab=32002, added={"<pad>": 32000}, pad_token_id=32000, add_p
 def spm_tokenizer(name: str, out: Path, extras: dict | None) -> int:
     """A SentencePiece model's tokenizer files in `out`, as a Llama 2 / Mistral / Mixtral folder has
     them: tokenizer.model (gguf_oracle.spm_tokenizer: Llama 2's vocabulary from llama.cpp's vocab
-    file, checked against its test vectors by sentencepiece), and the tokenizer.json and
-    tokenizer_config.json transformers 5.23 writes for it (AutoTokenizer.from_pretrained of
-    tokenizer.model with tokenizer_class LlamaTokenizer, then save_pretrained, which leaves
-    tokenizer.model out: copied beside them as the released folders hold it). tokenizer_config.json
-    then gets the keys the releases' carry and transformers 5.23 does not write back:
-    add_bos_token true, add_eos_token false and added_tokens_decoder for <unk>, <s>, </s>
-    (special); `extras`: SPM_EXTRAS. Returns config.json's vocab_size."""
+    file, checked against its test vectors by sentencepiece, or Mistral's own file), and the
+    tokenizer.json and tokenizer_config.json transformers 5.23 writes for it
+    (AutoTokenizer.from_pretrained of tokenizer.model with tokenizer_class LlamaTokenizer, then
+    save_pretrained, which leaves tokenizer.model out: copied beside them as the released folders
+    hold it). tokenizer_config.json then gets the keys the releases' carry and transformers 5.23
+    does not write back: add_bos_token true, add_eos_token false and added_tokens_decoder for the
+    model's unknown and control pieces (special: <unk>, <s>, </s>, and Mistral v3's [INST] ...);
+    `extras`: SPM_EXTRAS. Returns config.json's vocab_size (the model's piece count, or extras')."""
     import json
     stage = out.parent / f"{name}-stage"
     gguf_oracle.spm_tokenizer(name, str(stage))
@@ -319,10 +323,13 @@ def spm_tokenizer(name: str, out: Path, extras: dict | None) -> int:
     tc = json.loads((out / "tokenizer_config.json").read_text())
     if tc.get("tokenizer_class") != "LlamaTokenizer":
         raise AssertionError(f"transformers saved tokenizer_class {tc.get('tokenizer_class')!r}")
+    from sentencepiece import SentencePieceProcessor
+    sp = SentencePieceProcessor(model_file=str(out / "tokenizer.model"))
     tc.update(add_bos_token=True, add_eos_token=False, added_tokens_decoder={
-        str(i): {"content": t, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False, "special": True}
-        for i, t in enumerate(("<unk>", "<s>", "</s>"))})
-    vocab = 32000
+        str(i): {"content": sp.id_to_piece(i), "lstrip": False, "normalized": False, "rstrip": False, "single_word": False,
+                 "special": True}
+        for i in range(sp.vocab_size()) if sp.is_control(i) or sp.is_unknown(i)})
+    vocab = sp.vocab_size()
     if extras:
         tc.update(add_prefix_space=extras["add_prefix_space"], chat_template=extras["chat_template"])
         (out / "added_tokens.json").write_text(json.dumps(extras["added"]))
@@ -346,7 +353,7 @@ def phi3_tokens(out: Path) -> None:
 
 
 # The architectures whose files verify checks against gguf/model.cpp's expected_tensors.
-TABLE_CHECKED = {"llama", "mistral", "mixtral", "llama-spm", "mixtral-spm", "qwen3-spm", "qwen2", "qwen3", "qwen3moe", "deepseek2", "kimi-k2", "deepseekv2", "glm4moe",
+TABLE_CHECKED = {"llama", "mistral", "mixtral", "llama-spm", "mixtral-spm", "mistral-spm", "qwen3-spm", "qwen2", "qwen3", "qwen3moe", "deepseek2", "kimi-k2", "deepseekv2", "glm4moe",
                  "glm4moe-mtp", "gpt-oss", "gpt-oss-mxfp4", "gemma2", "gemma3", "phi3", "granite", "olmo2", "starcoder2", "command-r", "falcon", "ministral3", "mpt"}
 
 # A size that puts the embeddings and the head (Q8_0 of 128256 x 64: 8.7 MB) in shards of their own
@@ -373,7 +380,7 @@ def tiny_model(arch: str, out: Path, tokenizer: str | None = None, extra_vocab: 
     import json
     if ARCHS[arch][1] == "kimi":
         vocab, special = kimi_tokenizer(out)
-    elif ARCHS[arch][1] in gguf_oracle.SPM:
+    elif ARCHS[arch][1] in gguf_oracle.SPM or ARCHS[arch][1] in gguf_oracle.MISTRAL_SPM:
         extras = SPM_EXTRAS if arch == "mixtral-spm" else None
         vocab = spm_tokenizer(ARCHS[arch][1], out, extras)
         special = dict(pad_token_id=extras["pad_token_id"]) if extras else {}
@@ -673,7 +680,7 @@ def main(argv: list[str]) -> int:
     dcpctl = argv[0]
     cases = argv[1:] or ["llama:q8_0", "qwen2-tied:bf16", "qwen3-bf16:f16", "qwen3moe:q8_0", "mixtral:f16", "deepseek2:q8_0",
                          "kimi-k2:q8_0", "deepseekv2:q8_0", "glm4moe-mtp:q8_0", "gpt-oss:f16", "gpt-oss-mxfp4:f16",
-                         "llama:q8_0:split", "llama-spm:q8_0", "mixtral-spm:f16", "gemma2:q8_0", "gemma3-bf16:bf16", "phi3:f16",
+                         "llama:q8_0:split", "llama-spm:q8_0", "mixtral-spm:f16", "mistral-spm:q8_0", "gemma2:q8_0", "gemma3-bf16:bf16", "phi3:f16",
                          "granite:q8_0", "olmo2:f16", "starcoder2:q8_0", "command-r-tied:q8_0", "falcon:q8_0", "ministral3:q8_0", "mpt:f16"]
     try:
         llama = gguf_oracle.fetch()
