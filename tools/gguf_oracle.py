@@ -419,9 +419,11 @@ def tokenizer(name, out):
 
 
 def built_tokenizer(name, out):
-    """tokenizer(), built from llama.cpp's vocab file."""
+    """tokenizer(), built from llama.cpp's vocab file (or Mistral's Tekken file: tekken)."""
     if name in FAMILIES:
         return family_tokenizer(name, out)
+    if name == "tekken":
+        return tekken_tokenizer(out)
     gguf = gguf_py()
     get = read_gguf(fetch() / "models" / f"ggml-vocab-{name}.gguf")[0].__getitem__
     tokens, types, merges = get("tokenizer.ggml.tokens"), get("tokenizer.ggml.token_type"), get("tokenizer.ggml.merges")
@@ -495,13 +497,16 @@ def vocab_tests(name):
 MISTRAL_COMMON = "1.13.1"
 MISTRAL_WHEEL_SHA256 = "98b4d0755b8d90bf4691fa8f1b70cb3b4a8cd4dc1653c4ed08ef3d1c7d2c29af"
 MISTRAL_SPM = {"mistral-v1": "tokenizer.model.v1", "mistral-v3": "mistral_instruct_tokenizer_240323.model.v3"}
+# and Mistral NeMo's Tekken (tekken_240718.json), rebuilt into the tokenizer.json of its release (tekken_tokenizer)
+MISTRAL_FILES = {**MISTRAL_SPM, "tekken": "tekken_240718.json", "tekken.py": "../tokens/tokenizers/tekken.py",
+                 "base.py": "../tokens/tokenizers/base.py"}
 
 
 def mistral_model(name):
-    """MISTRAL_SPM[name] unpacked from mistral-common's wheel: its path."""
+    """MISTRAL_FILES[name] unpacked from mistral-common's wheel (its data/ folder): its path."""
     import zipfile
     cache = CACHE.parent / f"mistral-common-{MISTRAL_COMMON}"
-    path = cache / MISTRAL_SPM[name]
+    path = cache / Path(MISTRAL_FILES[name]).name
     if path.exists():
         return path
     wheel = cache / f"mistral_common-{MISTRAL_COMMON}-py3-none-any.whl"
@@ -514,9 +519,79 @@ def mistral_model(name):
         sys.exit(f"gguf_oracle: {wheel}: SHA-256 {digest}, want {MISTRAL_WHEEL_SHA256} (removed)")
     tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
     with zipfile.ZipFile(wheel) as z:
-        tmp.write_bytes(z.read(f"mistral_common/data/{MISTRAL_SPM[name]}"))
+        tmp.write_bytes(z.read(os.path.normpath(f"mistral_common/data/{MISTRAL_FILES[name]}")))
     tmp.rename(path)
     return path
+
+
+def tekken_special_tokens():
+    """Tekkenizer.DEPRECATED_SPECIAL_TOKENS' strings, read from mistral-common's own source (its
+    SpecialTokens enum): the special tokens of a Tekken file that lists none (NeMo's), ranks 0.."""
+    consts = {}
+    for node in ast.walk(ast.parse(mistral_model("base.py").read_text())):
+        if isinstance(node, ast.ClassDef) and node.name == "SpecialTokens":
+            consts = {a.targets[0].id: a.value.value for a in node.body if isinstance(a, ast.Assign)}
+    names = []
+    for node in ast.walk(ast.parse(mistral_model("tekken.py").read_text())):
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "DEPRECATED_SPECIAL_TOKENS":
+            names = [kw.value.attr for call in node.value.elts for kw in call.keywords if kw.arg == "token_str"]
+    if not consts or not names:
+        sys.exit("gguf_oracle: mistral-common's Tekkenizer.DEPRECATED_SPECIAL_TOKENS not found")
+    return [consts[n] for n in names]
+
+
+def tekken_tokenizer(out):
+    """Mistral NeMo's tokenizer.json from its Tekken file, as transformers' MistralConverter
+    (convert_tekken_tokenizer) makes it: the special tokens (mistral-common's, then <SPECIAL_i>
+    fillers up to the config's default_num_special_tokens) at ids 0.., the ranks' bytes in GPT-2's
+    byte-level alphabet after them (default_vocab_size in all), the merges recovered from the ranks
+    (each token's splits into two tokens of the ranks, in its rank's order, then by the parts' ranks),
+    ignore_merges; the file's split pattern, then ByteLevel; NeMo's BOS template. Checked by the
+    converter's digest for `tekken` (its row for Mistral-Nemo-Base-2407); returns the digest."""
+    import base64
+    tk = json.loads(mistral_model("tekken").read_text())
+    cfg = tk["config"]
+    names = tekken_special_tokens()
+    specials = names + [f"<SPECIAL_{i}>" for i in range(len(names), cfg["default_num_special_tokens"])]
+    inner = cfg["default_vocab_size"] - len(specials)
+    ranks = {base64.b64decode(v["token_bytes"]): v["rank"] for v in tk["vocab"][:inner]}
+    alphabet, more = {}, 256  # GPT-2's bytes_to_unicode
+    for b in range(256):
+        if 33 <= b <= 126 or 161 <= b <= 172 or 174 <= b <= 255:
+            alphabet[b] = chr(b)
+        else:
+            alphabet[b], more = chr(more), more + 1
+    text = lambda t: "".join(alphabet[x] for x in t)  # noqa: E731
+    vocab, merges = {t: i for i, t in enumerate(specials)}, []
+    for tok, rank in ranks.items():
+        vocab[text(tok)] = rank + len(specials)
+        parts = [(tok[:k], tok[k:], rank) for k in range(1, len(tok)) if tok[:k] in ranks and tok[k:] in ranks]
+        merges += sorted(parts, key=lambda m: (ranks[m[0]], ranks[m[1]]))
+    merges = [[text(a), text(b)] for a, b, _ in sorted(merges, key=lambda m: m[2])]
+    added = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
+              "special": True} for i, t in enumerate(specials)]
+    bos = {"SpecialToken": {"id": "<s>", "type_id": 0}}
+    tj = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": None,
+          "pre_tokenizer": {"type": "Sequence", "pretokenizers": [SPLIT(cfg["pattern"]), BYTE_LEVEL(False)]},
+          "post_processor": {"type": "TemplateProcessing", "single": [bos, {"Sequence": {"id": "A", "type_id": 0}}],
+                             "pair": [bos, {"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+                             "special_tokens": {"<s>": {"id": "<s>", "ids": [vocab["<s>"]], "tokens": ["<s>"]}}},
+          "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+          "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                    "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": True,
+                    "vocab": vocab, "merges": merges}}
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "tokenizer.json").write_text(json.dumps(tj, ensure_ascii=False))
+    (out / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>",
+                                                           "eos_token": "</s>", "unk_token": "<unk>"}))
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(str(out))
+    digest = hashlib.sha256(str(tok.encode(check_text())).encode()).hexdigest()
+    if digest not in converter_digests("tekken"):
+        sys.exit(f"gguf_oracle: the rebuilt tekken tokenizer has digest {digest}, the converter's {converter_digests('tekken')}")
+    print(f"gguf_oracle: tekken: {len(vocab)} tokens, {len(merges)} merges, digest tekken's", file=sys.stderr)
+    return digest
 
 
 def spm_tokenizer(name, out):
@@ -722,7 +797,7 @@ def family_tokenizer(name, out):
 def main(argv):
     if argv[:1] == ["fetch"] and len(argv) == 1:
         print(fetch())
-    elif argv[:1] == ["tokenizer"] and len(argv) == 3 and (argv[1] in PATTERNS or argv[1] in FAMILIES):
+    elif argv[:1] == ["tokenizer"] and len(argv) == 3 and (argv[1] in PATTERNS or argv[1] in FAMILIES or argv[1] == "tekken"):
         print(tokenizer(argv[1], argv[2]))
     elif argv[:1] == ["tokenizer"] and len(argv) == 3 and (argv[1] in SPM or argv[1] in MISTRAL_SPM):
         print(f"{argv[1]}: tokenizer.model, {spm_tokenizer(argv[1], argv[2])} texts tokenized as llama.cpp's tests say")
@@ -732,7 +807,7 @@ def main(argv):
         print(build())
     elif argv[:1] == ["check"] and len(argv) == 1:
         import tempfile
-        for name in [*PATTERNS, *FAMILIES]:
+        for name in [*PATTERNS, *FAMILIES, "tekken"]:
             with tempfile.TemporaryDirectory() as d:
                 print(f"{name}: {tokenizer(name, d)} (the converter's)")
         for name in SPM:

@@ -169,9 +169,9 @@ ARCHS = {
     # <|endoftext|> 11 its bos and eos, FalconConfig's defaults).
     "falcon": (transformers.FalconConfig, "falcon", dict(new_decoder_architecture=True, num_kv_heads=2, bias=False)),
     # Ministral 3 (Mistral3Model's Ministral3Model, a LlamaModel under mistral3): its yarn rope with
-    # mscale_all_dim and llama_4_scaling_beta, head_dim 32; Llama 3's tokenizer (Mistral's Tekken is
-    # a byte-level BPE too, not among llama.cpp's files).
-    "ministral3": (transformers.Ministral3Config, "llama-bpe", dict(head_dim=32, rope_parameters={
+    # mscale_all_dim and llama_4_scaling_beta, head_dim 32; Mistral's Tekken tokenizer (Mistral NeMo's,
+    # rebuilt from mistral-common's tekken_240718.json: gguf_oracle.tekken_tokenizer).
+    "ministral3": (transformers.Ministral3Config, "tekken", dict(head_dim=32, rope_parameters={
         "rope_type": "yarn", "rope_theta": 1000000.0, "factor": 4.0, "original_max_position_embeddings": 64,
         "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0, "llama_4_scaling_beta": 0.1})),
     # MPT (MPTModel): registered as MosaicML's remote code names it, MPTForCausalLM (transformers saves
@@ -391,7 +391,7 @@ def tiny_model(arch: str, out: Path, tokenizer: str | None = None, extra_vocab: 
         gguf_oracle.tokenizer(tokenizer or ARCHS[arch][1], str(out))
         tok = json.loads((out / "tokenizer.json").read_text())
         vocab, special = len(tok["model"]["vocab"]) + len(tok["added_tokens"]), {}
-        if tokenizer or ARCHS[arch][1] in gguf_oracle.FAMILIES:  # their special tokens may be in both lists
+        if tokenizer or ARCHS[arch][1] in (*gguf_oracle.FAMILIES, "tekken"):  # their special tokens may be in both lists
             vocab = 1 + extra_vocab + max([*tok["model"]["vocab"].values(), *(a["id"] for a in tok["added_tokens"])])
     if arch == "glm4moe":
         ids = list(tok["model"]["vocab"].values()) + [a["id"] for a in tok["added_tokens"]]
