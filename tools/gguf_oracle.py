@@ -61,7 +61,7 @@ LLAMA = CACHE / f"llama_cpp_python-{VERSION}" / "vendor" / "llama.cpp"
 # What the converter and these checks read of the sdist (76 MB; these are a few MB).
 MEMBERS = ("convert_hf_to_gguf.py", "conversion/", "gguf-py/", "ggml/src/ggml-quants.c",
            *(f"models/ggml-vocab-{n}.gguf{x}" for n in ("llama-bpe", "qwen2", "llama-spm", "deepseek-llm", "deepseek-coder",
-                                                          "gpt-2", "starcoder", "command-r", "mpt", "falcon") for x in ("", ".inp", ".out")))
+                                                          "gpt-2", "starcoder", "command-r", "mpt", "falcon", "refact") for x in ("", ".inp", ".out")))
 
 # llama.cpp's CMake options for the oracle build: CPU only, nothing tuned to the building machine,
 # and -O1 for Release (llama-cpp-python's build type) instead of -O3: the oracle runs tiny models,
@@ -729,6 +729,11 @@ FAMILIES = {
                        {"type": "Split", "pattern": {"Regex": "[0-9][0-9][0-9]"}, "behavior": "Isolated", "invert": False}]},
                    config={"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|endoftext|>",
                            "add_prefix_space": False}),
+    # Refact (smallcloudai/Refact-1_6-base): StarCoder's pre-tokenizer over its own vocabulary.
+    "refact": dict(vocab="refact", converter="refact", check_type="gpt_bigcode", normalizer=None,
+                   pre={"type": "Sequence", "pretokenizers": [DIGITS, BYTE_LEVEL(True)]},
+                   config={"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<|endoftext|>",
+                           "eos_token": "<|endoftext|>", "unk_token": "<|endoftext|>"}),
     # MPT (mosaicml/mpt-7b, GPT-NeoX's tokenizer): NFC, byte-level; GPTNeoXTokenizerFast. The
     # converter names its digest `olmo` (OLMo 1.7's, the same tokenizer, comes later in its table).
     "mpt": dict(vocab="mpt", converter="olmo", check_type="mpt", normalizer=NFC, pre=BYTE_LEVEL(True),

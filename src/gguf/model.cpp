@@ -1518,12 +1518,12 @@ void add_tokenizer_keys(Header& h, const json& config, const json& tok, const js
   // the tokenizer class transformers loads depends on config.json's model_type too.
   std::string digest = pre_digest(tok, tconf, config, where), pre = pre_name(digest);
   if (pre.empty())
-    throw UnsupportedError(
-        Where(where),
-        "the tokenizer's pre-tokenizer (digest " + digest +
-            ") is not one llama.cpp's converter names here (llama-bpe, qwen2, glm4, deepseek-llm, "
-            "deepseek-coder, gpt-2, "
-            "starcoder, command-r, olmo, falcon, tekken): BPE pre-tokenizer was not recognized (tokenizer.ggml.pre)");
+    throw UnsupportedError(Where(where),
+                           "the tokenizer's pre-tokenizer (digest " + digest +
+                               ") is not one llama.cpp's converter names here (llama-bpe, qwen2, glm4, deepseek-llm, "
+                               "deepseek-coder, gpt-2, "
+                               "starcoder, command-r, olmo, falcon, refact, tekken): BPE pre-tokenizer was not "
+                               "recognized (tokenizer.ggml.pre)");
   const int64_t vocab_size = need_int(config, "vocab_size", where);
   std::vector<std::string> tokens(static_cast<size_t>(vocab_size));
   std::vector<int32_t> types(static_cast<size_t>(vocab_size), 5);  // UNUSED

@@ -169,6 +169,7 @@ std::string pre_name(const std::string& digest) {
       // `olmo` (OLMo 1.7's), a run of ifs: the last is written.
       {"b6dc8df998e1cfbdc4eac8243701a65afe638679230920b50d6f17d81c098166", "olmo"},
       {"8aeee3860c56296a157a1fe2fad249ec40aa59b1bb5709f4ade11c4e6fe652ed", "falcon"},
+      {"6221ad2852e85ce96f791f476e0b390cf9b474c9e3d1362f53a24a06dc8220ff", "refact"},
       // Mistral NeMo's Tekken (Mistral-Nemo-Base-2407's row), rebuilt from mistral-common's file.
       {"63b97e4253352e6f357cc59ea5b583e3a680eaeaf2632188c2b952de2588485e", "tekken"},
       // GLM's (the converter's rows for glm-4-9b-hf, GLM-4.5-Air and GLM-4.7-Flash): Llama 3's split
