@@ -77,12 +77,12 @@ ARCHS = {
                          "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})),
     "mistral": (transformers.MistralConfig, "llama-bpe", {}),
     # SentencePiece tokenizers (spm_tokenizer below), the converter's _set_vocab_sentencepiece: Llama
-    # 2's; Mixtral 8x7B's and Mistral 7B v0.3's own (mistral-common's files, gguf_oracle.MISTRAL_SPM:
-    # v3's 748 control pieces); mixtral-spm also pads the vocabulary past the model's pieces and adds
-    # a token (SPM_EXTRAS).
+    # 2's; Mixtral 8x22B's (and Mistral 7B v0.3's) own, mistral-common's v3 with its 748 control
+    # pieces, and by name Mistral 7B v0.1's (and Mixtral 8x7B's) v1 (gguf_oracle.MISTRAL_SPM);
+    # mixtral-spm also pads the vocabulary past the model's pieces and adds a token (SPM_EXTRAS).
     "llama-spm": (transformers.LlamaConfig, "llama-spm", {}),
-    "mixtral-spm": (transformers.MixtralConfig, "mistral-v1", dict(num_local_experts=4, num_experts_per_tok=2)),
-    "mistral-spm": (transformers.MistralConfig, "mistral-v3", {}),
+    "mixtral-spm": (transformers.MixtralConfig, "mistral-v3", dict(num_local_experts=4, num_experts_per_tok=2)),
+    "mistral-spm": (transformers.MistralConfig, "mistral-v1", {}),
     # Not a release's pairing and not a default case: Qwen2Model.set_vocab (qwen2, qwen3) also takes a
     # tokenizer.model first, and dcpctl with it.
     "qwen3-spm": (transformers.Qwen3Config, "llama-spm", {}),
@@ -292,12 +292,12 @@ def kimi_tokenizer(out: Path) -> tuple[int, dict]:
     shutil.copy(HERE / "gguf_kimi_tokenizer.py", out / "tokenization_kimi.py")
     return KIMI_RANKS + 256, dict(bos_token_id=KIMI_RANKS, eos_token_id=KIMI_RANKS + 1, pad_token_id=KIMI_RANKS + 255)
 
-# What mixtral-spm's folder adds to Llama 2's tokenizer, each a path of _create_vocab_sentencepiece
-# or SpecialVocab: config.json's vocab_size two past the 32,000 pieces (the converter pads with
+# What mixtral-spm's folder adds to Mixtral's tokenizer, each a path of _create_vocab_sentencepiece
+# or SpecialVocab: config.json's vocab_size two past the 32,768 pieces (the converter pads with
 # [PAD{id}]), added_tokens.json giving the first of them a token (USER_DEFINED, score -1000), its id
 # as config.json's pad_token_id, tokenizer_config.json's add_prefix_space (LlamaModel.set_vocab's
 # tokenizer.ggml.add_space_prefix) and a chat template (a short one of this test's; its text is only copied).
-SPM_EXTRAS = dict(vocab=32002, added={"<pad>": 32000}, pad_token_id=32000, add_prefix_space=False,
+SPM_EXTRAS = dict(vocab=32770, added={"<pad>": 32768}, pad_token_id=32768, add_prefix_space=False,
                   chat_template="{% for m in messages %}[INST] {{ m['content'] }} [/INST]{% endfor %}")
 
 
@@ -680,7 +680,7 @@ def main(argv: list[str]) -> int:
     dcpctl = argv[0]
     cases = argv[1:] or ["llama:q8_0", "qwen2-tied:bf16", "qwen3-bf16:f16", "qwen3moe:q8_0", "mixtral:f16", "deepseek2:q8_0",
                          "kimi-k2:q8_0", "deepseekv2:q8_0", "glm4moe-mtp:q8_0", "gpt-oss:f16", "gpt-oss-mxfp4:f16",
-                         "llama:q8_0:split", "llama-spm:q8_0", "mixtral-spm:f16", "mistral-spm:q8_0", "gemma2:q8_0", "gemma3-bf16:bf16", "phi3:f16",
+                         "llama:q8_0:split", "llama-spm:q8_0", "mixtral-spm:f16", "gemma2:q8_0", "gemma3-bf16:bf16", "phi3:f16",
                          "granite:q8_0", "olmo2:f16", "starcoder2:q8_0", "command-r-tied:q8_0", "falcon:q8_0", "ministral3:q8_0", "mpt:f16"]
     try:
         llama = gguf_oracle.fetch()
