@@ -205,17 +205,20 @@ std::vector<AddedToken> added_tokens(const json& tok, const json& tconf, const j
   for (const json& a : tok.value("added_tokens", json::array()))
     if (a.is_object() && a.value("content", json()).is_string())
       add(added_token(a, a.value("id", json()).is_number_integer() ? a["id"].get<int64_t>() : -1));
+  std::map<int64_t, const json*> decoder;  // in the ids' order (a JSON object's keys sort as text)
   if (tconf.is_object() && tconf.value("added_tokens_decoder", json()).is_object())
-    for (const auto& [k, v] : tconf["added_tokens_decoder"].items())
-      if (v.is_object() && v.value("content", json()).is_string()) {
-        int64_t id = -1;
-        try {
-          id = std::stoll(k);
-        } catch (const std::exception&) {
-          refuse_loaded(where, "tokenizer_config.json's added_tokens_decoder key '" + k + "' (not an id)");
-        }
-        add(added_token(v, id));
+    for (const auto& [k, v] : tconf["added_tokens_decoder"].items()) {
+      size_t used = 0;
+      int64_t id = -1;
+      try {
+        id = std::stoll(k, &used);
+      } catch (const std::exception&) {
       }
+      if (used != k.size() || id < 0)
+        refuse_loaded(where, "tokenizer_config.json's added_tokens_decoder key '" + k + "' (not an id)");
+      if (v.is_object() && v.value("content", json()).is_string()) decoder[id] = &v;
+    }
+  for (const auto& [id, v] : decoder) add(added_token(*v, id));
   const json vocab = model.value("vocab", json());
   check_added_ids(out, vocab, where);
   for (const char* key : {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"})
@@ -280,7 +283,7 @@ LoadedTokenizer as_transformers_loads(const json& tok, const json& tconf, const 
   }
 
   t.added = added_tokens(tok, tconf, model, where);
-  std::map<std::string, int64_t> added_ids;  // tokenizer.json's added tokens' ids (over the vocabulary's)
+  std::map<std::string, int64_t> added_ids;  // the added tokens' ids (over the vocabulary's)
   for (const AddedToken& a : t.added)
     if (a.id >= 0) added_ids[a.content] = a.id;
 

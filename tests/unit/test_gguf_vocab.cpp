@@ -113,6 +113,15 @@ TEST_CASE("gguf_vocab: added tokens are split out as tokenizers splits them") {
     CHECK(got == c.at("digest").get<std::string>());
     CHECK(got != plain);
   }
+  // The same token named in tokenizer_config.json's added_tokens_decoder only: transformers adds it
+  // alike (the same digest, checked with transformers 5.24 when the fixture was written).
+  const json one = cases.at("between-letters");
+  json c = config, entry = one.at("added_tokens").at(0);
+  entry.erase("id");
+  c["added_tokens_decoder"] = {{std::to_string(one["added_tokens"][0]["id"].get<int64_t>()), entry}};
+  CHECK(gguf::pre_digest(tok, c, kLlama, "x") == one.at("digest").get<std::string>());
+  c["added_tokens_decoder"] = {{"x1", entry}};
+  CHECK_THAT(refusal(tok, c), Catch::Contains("added_tokens_decoder key 'x1'"));
 }
 
 TEST_CASE("gguf_vocab: the class transformers loads decides what runs") {
