@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """llama.cpp's converter as the oracle of dcpctl's GGUF output (docs/gguf.md), fetched, not vendored.
 
-    tools/gguf_oracle.py fetch                 # the sdist into ~/.cache/dcpctl, unpacked; prints the llama.cpp dir
+    tools/gguf_oracle.py fetch                 # the sdist into ~/.cache/dcpctl, unpacked, and mistral-common's
+                                               # wheel's tokenizer files; prints the llama.cpp dir
     tools/gguf_oracle.py tokenizer NAME DIR    # a real tokenizer.json for NAME (llama-bpe, qwen2, or one of
                                                # FAMILIES: qwen2-nfc, deepseek-llm, deepseek-coder, gpt-2,
-                                               # starcoder, command-r, mpt) in DIR, or a real SentencePiece
-                                               # tokenizer.model (llama-spm: Llama 2's)
+                                               # starcoder, command-r, mpt, falcon) in DIR, or a real SentencePiece
+                                               # tokenizer.model (llama-spm: Llama 2's; mistral-v1,
+                                               # mistral-v3: Mistral's own, from mistral-common's wheel)
     tools/gguf_oracle.py check                 # the BPE tokenizers rebuilt, each named by the converter's
                                                # table (FAMILIES' also tokenizing llama.cpp's test texts);
                                                # llama-spm's, tokenizing llama.cpp's test texts
@@ -60,7 +62,7 @@ LLAMA = CACHE / f"llama_cpp_python-{VERSION}" / "vendor" / "llama.cpp"
 # What the converter and these checks read of the sdist (76 MB; these are a few MB).
 MEMBERS = ("convert_hf_to_gguf.py", "conversion/", "gguf-py/", "ggml/src/ggml-quants.c",
            *(f"models/ggml-vocab-{n}.gguf{x}" for n in ("llama-bpe", "qwen2", "llama-spm", "deepseek-llm", "deepseek-coder",
-                                                          "gpt-2", "starcoder", "command-r", "mpt") for x in ("", ".inp", ".out")))
+                                                          "gpt-2", "starcoder", "command-r", "mpt", "falcon", "refact") for x in ("", ".inp", ".out")))
 
 # llama.cpp's CMake options for the oracle build: CPU only, nothing tuned to the building machine,
 # and -O1 for Release (llama-cpp-python's build type) instead of -O3: the oracle runs tiny models,
@@ -377,9 +379,11 @@ def _serve_one(python_args, argv, runpy):
 
 
 def converter_digests(name):
-    """The chkhsh values the converter's get_vocab_base_pre maps to `name` (qwen2 has several)."""
+    """The chkhsh values the converter's get_vocab_base_pre maps to `name` (qwen2 has several). Its
+    table is a run of `if`s, so a digest met twice is named by the last (MPT's: `mpt`, then `olmo`)."""
     text = (fetch() / "conversion" / "base.py").read_text()
-    found = [d for d, res in re.findall(r'if chkhsh == "([0-9a-f]{64})":\n(?:\s*#.*\n)*\s*res = "([^"]+)"', text) if res == name]
+    last = dict(re.findall(r'if chkhsh == "([0-9a-f]{64})":\n(?:\s*#.*\n)*\s*res = "([^"]+)"', text))
+    found = [d for d, res in last.items() if res == name]
     if not found:
         sys.exit(f"gguf_oracle: the converter names no digest {name}")
     return found
@@ -416,9 +420,11 @@ def tokenizer(name, out):
 
 
 def built_tokenizer(name, out):
-    """tokenizer(), built from llama.cpp's vocab file."""
+    """tokenizer(), built from llama.cpp's vocab file (or Mistral's Tekken file: tekken)."""
     if name in FAMILIES:
         return family_tokenizer(name, out)
+    if name == "tekken":
+        return tekken_tokenizer(out)
     gguf = gguf_py()
     get = read_gguf(fetch() / "models" / f"ggml-vocab-{name}.gguf")[0].__getitem__
     tokens, types, merges = get("tokenizer.ggml.tokens"), get("tokenizer.ggml.token_type"), get("tokenizer.ggml.merges")
@@ -483,11 +489,123 @@ def vocab_tests(name):
     return [(t, [int(x) for x in i.split()]) for t, i in zip(texts[:-1], ids[:-1])]
 
 
+# Mistral's own SentencePiece models, as mistral-common (Mistral AI's library, Apache-2.0) ships them
+# in its wheel's data/ folder, the tokenizer.model of the releases: v1 Mistral 7B v0.1's and
+# Mixtral 8x7B's (32,000 pieces), v3 Mistral 7B v0.3's and Mixtral 8x22B's (32,768: after <unk>,
+# <s> and </s>, 748 control pieces, [INST], [/INST], [TOOL_CALLS], ..., [control_N], then 20
+# [REFERENCE_DOC_N] normal ones). The wheel is downloaded once (pip, no dependencies, nothing
+# installed) and checked by its SHA-256.
+MISTRAL_COMMON = "1.13.1"
+MISTRAL_WHEEL_SHA256 = "98b4d0755b8d90bf4691fa8f1b70cb3b4a8cd4dc1653c4ed08ef3d1c7d2c29af"
+MISTRAL_SPM = {"mistral-v1": "tokenizer.model.v1", "mistral-v3": "mistral_instruct_tokenizer_240323.model.v3"}
+# and Mistral NeMo's Tekken (tekken_240718.json), rebuilt into the tokenizer.json of its release (tekken_tokenizer)
+MISTRAL_FILES = {**MISTRAL_SPM, "tekken": "tekken_240718.json", "tekken.py": "../tokens/tokenizers/tekken.py",
+                 "base.py": "../tokens/tokenizers/base.py"}
+
+
+def mistral_model(name):
+    """MISTRAL_FILES[name] unpacked from mistral-common's wheel (its data/ folder): its path."""
+    import zipfile
+    cache = CACHE.parent / f"mistral-common-{MISTRAL_COMMON}"
+    path = cache / Path(MISTRAL_FILES[name]).name
+    if path.exists():
+        return path
+    wheel = cache / f"mistral_common-{MISTRAL_COMMON}-py3-none-any.whl"
+    if not wheel.exists():
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--only-binary", ":all:", "--no-deps",
+                        f"mistral-common=={MISTRAL_COMMON}", "-d", str(cache)], check=True)
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    if digest != MISTRAL_WHEEL_SHA256:
+        wheel.unlink()
+        sys.exit(f"gguf_oracle: {wheel}: SHA-256 {digest}, want {MISTRAL_WHEEL_SHA256} (removed)")
+    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
+    with zipfile.ZipFile(wheel) as z:
+        tmp.write_bytes(z.read(os.path.normpath(f"mistral_common/data/{MISTRAL_FILES[name]}")))
+    tmp.rename(path)
+    return path
+
+
+def tekken_special_tokens():
+    """Tekkenizer.DEPRECATED_SPECIAL_TOKENS' strings, read from mistral-common's own source (its
+    SpecialTokens enum): the special tokens of a Tekken file that lists none (NeMo's), ranks 0.."""
+    consts = {}
+    for node in ast.walk(ast.parse(mistral_model("base.py").read_text())):
+        if isinstance(node, ast.ClassDef) and node.name == "SpecialTokens":
+            consts = {a.targets[0].id: a.value.value for a in node.body if isinstance(a, ast.Assign)}
+    names = []
+    for node in ast.walk(ast.parse(mistral_model("tekken.py").read_text())):
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "DEPRECATED_SPECIAL_TOKENS":
+            names = [kw.value.attr for call in node.value.elts for kw in call.keywords if kw.arg == "token_str"]
+    if not consts or not names:
+        sys.exit("gguf_oracle: mistral-common's Tekkenizer.DEPRECATED_SPECIAL_TOKENS not found")
+    return [consts[n] for n in names]
+
+
+def tekken_tokenizer(out):
+    """Mistral NeMo's tokenizer.json from its Tekken file, as transformers' MistralConverter
+    (convert_tekken_tokenizer) makes it: the special tokens (mistral-common's, then <SPECIAL_i>
+    fillers up to the config's default_num_special_tokens) at ids 0.., the ranks' bytes in GPT-2's
+    byte-level alphabet after them (default_vocab_size in all), the merges recovered from the ranks
+    (each token's splits into two tokens of the ranks, in its rank's order, then by the parts' ranks),
+    ignore_merges; the file's split pattern, then ByteLevel; NeMo's BOS template. Checked by the
+    converter's digest for `tekken` (its row for Mistral-Nemo-Base-2407); returns the digest."""
+    import base64
+    tk = json.loads(mistral_model("tekken").read_text())
+    cfg = tk["config"]
+    names = tekken_special_tokens()
+    specials = names + [f"<SPECIAL_{i}>" for i in range(len(names), cfg["default_num_special_tokens"])]
+    inner = cfg["default_vocab_size"] - len(specials)
+    ranks = {base64.b64decode(v["token_bytes"]): v["rank"] for v in tk["vocab"][:inner]}
+    alphabet, more = {}, 256  # GPT-2's bytes_to_unicode
+    for b in range(256):
+        if 33 <= b <= 126 or 161 <= b <= 172 or 174 <= b <= 255:
+            alphabet[b] = chr(b)
+        else:
+            alphabet[b], more = chr(more), more + 1
+    text = lambda t: "".join(alphabet[x] for x in t)  # noqa: E731
+    vocab, merges = {t: i for i, t in enumerate(specials)}, []
+    for tok, rank in ranks.items():
+        vocab[text(tok)] = rank + len(specials)
+        parts = [(tok[:k], tok[k:], rank) for k in range(1, len(tok)) if tok[:k] in ranks and tok[k:] in ranks]
+        merges += sorted(parts, key=lambda m: (ranks[m[0]], ranks[m[1]]))
+    merges = [[text(a), text(b)] for a, b, _ in sorted(merges, key=lambda m: m[2])]
+    added = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
+              "special": True} for i, t in enumerate(specials)]
+    bos = {"SpecialToken": {"id": "<s>", "type_id": 0}}
+    tj = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": None,
+          "pre_tokenizer": {"type": "Sequence", "pretokenizers": [SPLIT(cfg["pattern"]), BYTE_LEVEL(False)]},
+          "post_processor": {"type": "TemplateProcessing", "single": [bos, {"Sequence": {"id": "A", "type_id": 0}}],
+                             "pair": [bos, {"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+                             "special_tokens": {"<s>": {"id": "<s>", "ids": [vocab["<s>"]], "tokens": ["<s>"]}}},
+          "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+          "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                    "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": True,
+                    "vocab": vocab, "merges": merges}}
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "tokenizer.json").write_text(json.dumps(tj, ensure_ascii=False))
+    (out / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>",
+                                                           "eos_token": "</s>", "unk_token": "<unk>"}))
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(str(out))
+    digest = hashlib.sha256(str(tok.encode(check_text())).encode()).hexdigest()
+    if digest not in converter_digests("tekken"):
+        sys.exit(f"gguf_oracle: the rebuilt tekken tokenizer has digest {digest}, the converter's {converter_digests('tekken')}")
+    print(f"gguf_oracle: tekken: {len(vocab)} tokens, {len(merges)} merges, digest tekken's", file=sys.stderr)
+    return digest
+
+
 def spm_tokenizer(name, out):
     """tokenizer.model for `name` (SPM) in `out`, built from llama.cpp's vocab file and checked:
     sentencepiece itself must give llama.cpp's ids for every one of its test texts. Kept under
-    CACHE/tokenizers as tokenizer() keeps its files. Returns the number of texts checked."""
+    CACHE/tokenizers as tokenizer() keeps its files. Returns the number of texts checked. For a
+    name of MISTRAL_SPM, Mistral's own file (no test texts: 0)."""
     import shutil
+    if name in MISTRAL_SPM:
+        out = Path(out)
+        out.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(mistral_model(name), out / "tokenizer.model")
+        return 0
     key = hashlib.sha256((SDIST_SHA256 + " ").encode() + Path(__file__).read_bytes()).hexdigest()[:16]
     kept = CACHE / "tokenizers" / f"{name}-{key}"
     if not (kept / "checked").exists():
@@ -537,7 +655,12 @@ def built_spm_tokenizer(name, out):
 # The families' tokenizers as their releases ship them (FAMILIES), rebuilt from llama.cpp's vocab
 # files: the tokens (NORMAL in the model's vocabulary, CONTROL as special added tokens, USER_DEFINED
 # but llama.cpp's `[PAD{i}]` fillers as added tokens that are not special) and merges, with the
-# normalizer, pre-tokenizer, post-processor and tokenizer_config.json the release has. Each is
+# normalizer, pre-tokenizer, post-processor and tokenizer_config.json the release has. The special
+# tokens the BPE was trained with (the CONTROL ones among the NORMAL ids: StarCoder's 0..37,
+# GPT-NeoX's 0 and 1, Command-R's 0..7) are in the model's vocabulary too, as the releases hold
+# them: transformers 5.24's rebuilding classes (GPT2Tokenizer, GPTNeoXTokenizer, CohereTokenizer)
+# build the BPE from that vocabulary alone and give an added token missing from it the next free id
+# past it, where a model token already is. Each is
 # checked twice: transformers' AutoTokenizer (the class it picks for `check_type`, the family's own
 # model type) encodes llama.cpp's test texts (.inp) to its token ids (.out, written by the update
 # script from the release's own tokenizer), and the check text to a digest the converter's table
@@ -597,8 +720,24 @@ FAMILIES = {
                       config={"tokenizer_class": "CohereTokenizerFast", "add_bos_token": True, "add_eos_token": False,
                               "bos_token": "<BOS_TOKEN>", "eos_token": "<|END_OF_TURN_TOKEN|>", "pad_token": "<PAD>",
                               "unk_token": "<UNK>", "cls_token": "<CLS>", "sep_token": "<SEP>", "mask_token": "<MASK_TOKEN>"}),
-    # MPT (mosaicml/mpt-7b, GPT-NeoX's tokenizer): NFC, byte-level; GPTNeoXTokenizerFast.
-    "mpt": dict(vocab="mpt", converter="mpt", check_type="mpt", normalizer=NFC, pre=BYTE_LEVEL(True),
+    # Falcon (tiiuae/falcon-7b): no normalizer; punctuation runs split out, byte-level, then digit
+    # runs and threes of digits split in the byte-level text; PreTrainedTokenizerFast (the falcon
+    # model type registers none: TokenizersBackend), its 12 special tokens (ids 0..11) in the vocabulary.
+    "falcon": dict(vocab="falcon", converter="falcon", check_type="falcon", normalizer=None,
+                   pre={"type": "Sequence", "pretokenizers": [
+                       {"type": "Punctuation", "behavior": "Contiguous"}, BYTE_LEVEL(True),
+                       {"type": "Digits", "individual_digits": False},
+                       {"type": "Split", "pattern": {"Regex": "[0-9][0-9][0-9]"}, "behavior": "Isolated", "invert": False}]},
+                   config={"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|endoftext|>",
+                           "add_prefix_space": False}),
+    # Refact (smallcloudai/Refact-1_6-base): StarCoder's pre-tokenizer over its own vocabulary.
+    "refact": dict(vocab="refact", converter="refact", check_type="gpt_bigcode", normalizer=None,
+                   pre={"type": "Sequence", "pretokenizers": [DIGITS, BYTE_LEVEL(True)]},
+                   config={"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<|endoftext|>",
+                           "eos_token": "<|endoftext|>", "unk_token": "<|endoftext|>"}),
+    # MPT (mosaicml/mpt-7b, GPT-NeoX's tokenizer): NFC, byte-level; GPTNeoXTokenizerFast. The
+    # converter names its digest `olmo` (OLMo 1.7's, the same tokenizer, comes later in its table).
+    "mpt": dict(vocab="mpt", converter="olmo", check_type="mpt", normalizer=NFC, pre=BYTE_LEVEL(True),
                 config={"tokenizer_class": "GPTNeoXTokenizerFast", "bos_token": "<|endoftext|>",
                         "eos_token": "<|endoftext|>", "unk_token": "<|endoftext|>"}),
 }
@@ -614,7 +753,8 @@ def family_tokenizer(name, out):
     added = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
               "normalized": types[i] != control, "special": types[i] == control}
              for i, t in enumerate(tokens) if types[i] == control or (types[i] == user and not t.startswith("[PAD"))]
-    vocab = {t: i for i, t in enumerate(tokens) if types[i] == normal}
+    last = max(i for i, t in enumerate(types) if t == normal)
+    vocab = {t: i for i, t in enumerate(tokens) if types[i] == normal or (types[i] == control and i < last)}
     post = {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False, "use_regex": True}
     config = dict(f["config"])
     if f.get("bos"):
@@ -641,6 +781,11 @@ def family_tokenizer(name, out):
         tok = AutoTokenizer.from_pretrained(str(out))
     finally:
         (out / "config.json").unlink()
+    moved = [(a["content"], a["id"], tok.convert_tokens_to_ids(a["content"])) for a in added
+             if tok.convert_tokens_to_ids(a["content"]) != a["id"]]
+    if moved:
+        sys.exit(f"gguf_oracle: {name} ({type(tok).__name__}) gives {len(moved)} added tokens other ids than the vocab file "
+                 f"(content, file's, transformers'): {moved[:5]}")
     tests = vocab_tests(f["vocab"])
     for text, want in tests:
         got = tok.encode(text, add_special_tokens=False)
@@ -657,10 +802,12 @@ def family_tokenizer(name, out):
 
 def main(argv):
     if argv[:1] == ["fetch"] and len(argv) == 1:
+        for name in MISTRAL_FILES:  # mistral-common's wheel too (Mistral's tokenizers)
+            mistral_model(name)
         print(fetch())
-    elif argv[:1] == ["tokenizer"] and len(argv) == 3 and (argv[1] in PATTERNS or argv[1] in FAMILIES):
+    elif argv[:1] == ["tokenizer"] and len(argv) == 3 and (argv[1] in PATTERNS or argv[1] in FAMILIES or argv[1] == "tekken"):
         print(tokenizer(argv[1], argv[2]))
-    elif argv[:1] == ["tokenizer"] and len(argv) == 3 and argv[1] in SPM:
+    elif argv[:1] == ["tokenizer"] and len(argv) == 3 and (argv[1] in SPM or argv[1] in MISTRAL_SPM):
         print(f"{argv[1]}: tokenizer.model, {spm_tokenizer(argv[1], argv[2])} texts tokenized as llama.cpp's tests say")
     elif argv[:1] == ["serve"] and len(argv) == 1:  # _ConverterServer's process
         serve()
@@ -668,7 +815,7 @@ def main(argv):
         print(build())
     elif argv[:1] == ["check"] and len(argv) == 1:
         import tempfile
-        for name in [*PATTERNS, *FAMILIES]:
+        for name in [*PATTERNS, *FAMILIES, "tekken"]:
             with tempfile.TemporaryDirectory() as d:
                 print(f"{name}: {tokenizer(name, d)} (the converter's)")
         for name in SPM:

@@ -162,6 +162,77 @@ void post_processor_ids(const json& pp, std::vector<int64_t>& before, std::vecto
   if (!seen) refuse_loaded(where, "a TemplateProcessing without its sequence");
 }
 
+// One AddedToken of tokenizer.json's added_tokens or tokenizer_config.json's added_tokens_decoder.
+AddedToken added_token(const json& a, int64_t id) {
+  AddedToken t;
+  t.content = a["content"].get<std::string>(), t.id = id;
+  auto flag = [&](const char* k, bool dflt) { return a.value(k, json()).is_boolean() ? a[k].get<bool>() : dflt; };
+  t.special = flag("special", false), t.normalized = flag("normalized", !t.special);
+  t.lstrip = flag("lstrip", false), t.rstrip = flag("rstrip", false), t.single_word = flag("single_word", false);
+  return t;
+}
+
+// Tokenizers' ids: a content in the vocabulary keeps its id there; the others are numbered on
+// from the vocabulary's size in their order. A file that says otherwise is refused.
+void check_added_ids(const std::vector<AddedToken>& added, const json& vocab, const std::string& where) {
+  int64_t next = vocab.is_object() ? static_cast<int64_t>(vocab.size()) : 0;
+  for (const AddedToken& a : added) {
+    if (a.id < 0) continue;
+    auto it = vocab.is_object() ? vocab.find(a.content) : vocab.end();
+    const int64_t want = it != vocab.end() && it->is_number_integer() ? it->get<int64_t>() : next++;
+    if (want != a.id)
+      refuse_loaded(where, "added token '" + a.content + "' has id " + std::to_string(a.id) +
+                               " in the tokenizer files, where transformers gives it " + std::to_string(want) +
+                               " (the vocabulary's, else the next past its " + std::to_string(vocab.size()) +
+                               " tokens)");
+  }
+}
+
+// The added tokens transformers' tokenizer holds (gguf/hf_tokenizer.h), their ids checked.
+std::vector<AddedToken> added_tokens(const json& tok, const json& tconf, const json& model, const std::string& where) {
+  std::vector<AddedToken> out;
+  std::map<std::string, size_t> at;  // content -> its place in `out`
+  auto add = [&](AddedToken t) {
+    if (t.content.empty()) return;
+    if (auto it = at.find(t.content); it != at.end()) {
+      if (t.id < 0) t.id = out[it->second].id;
+      out[it->second] = std::move(t);
+      return;
+    }
+    at[t.content] = out.size();
+    out.push_back(std::move(t));
+  };
+  for (const json& a : tok.value("added_tokens", json::array()))
+    if (a.is_object() && a.value("content", json()).is_string())
+      add(added_token(a, a.value("id", json()).is_number_integer() ? a["id"].get<int64_t>() : -1));
+  std::map<int64_t, const json*> decoder;  // in the ids' order (a JSON object's keys sort as text)
+  if (tconf.is_object() && tconf.value("added_tokens_decoder", json()).is_object())
+    for (const auto& [k, v] : tconf["added_tokens_decoder"].items()) {
+      size_t used = 0;
+      int64_t id = -1;
+      try {
+        id = std::stoll(k, &used);
+      } catch (const std::exception&) {
+      }
+      if (used != k.size() || id < 0)
+        refuse_loaded(where, "tokenizer_config.json's added_tokens_decoder key '" + k + "' (not an id)");
+      if (v.is_object() && v.value("content", json()).is_string()) decoder[id] = &v;
+    }
+  for (const auto& [id, v] : decoder) add(added_token(*v, id));
+  const json vocab = model.value("vocab", json());
+  check_added_ids(out, vocab, where);
+  for (const char* key : {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"})
+    if (auto s = config_token(tconf, key, std::nullopt); s && !s->empty() && !at.count(*s)) {
+      AddedToken t;
+      t.content = *s, t.special = true, t.normalized = false;
+      if (auto it = vocab.is_object() ? vocab.find(*s) : vocab.end(); it != vocab.end() && it->is_number_integer())
+        t.id = it->get<int64_t>();
+      at[*s] = out.size();
+      out.push_back(std::move(t));
+    }
+  return out;
+}
+
 }  // namespace
 
 LoadedTokenizer as_transformers_loads(const json& tok, const json& tconf, const json& config,
@@ -211,20 +282,10 @@ LoadedTokenizer as_transformers_loads(const json& tok, const json& tconf, const 
     refuse_loaded(where, "tokenizer_class " + t.cls + " (transformers builds it another way: not byte-level BPE)");
   }
 
-  // The added tokens, split out of a text before the model: tokenizer.json's (the class keeps them,
-  // or adds them again from tokenizer_config.json), tokenizer_config.json's and the special tokens.
-  std::map<std::string, int64_t> added_ids;  // tokenizer.json's added tokens' ids (over the vocabulary's)
-  for (const json& a : tok.value("added_tokens", json::array()))
-    if (a.is_object() && a.value("content", json()).is_string()) {
-      t.added.push_back(a["content"].get<std::string>());
-      if (a.value("id", json()).is_number_integer())
-        added_ids[a["content"].get<std::string>()] = a["id"].get<int64_t>();
-    }
-  if (tconf.is_object() && tconf.value("added_tokens_decoder", json()).is_object())
-    for (const auto& [k, v] : tconf["added_tokens_decoder"].items())
-      if (v.is_object() && v.value("content", json()).is_string()) t.added.push_back(v["content"].get<std::string>());
-  for (const char* key : {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"})
-    if (auto s = config_token(tconf, key, std::nullopt)) t.added.push_back(*s);
+  t.added = added_tokens(tok, tconf, model, where);
+  std::map<std::string, int64_t> added_ids;  // the added tokens' ids (over the vocabulary's)
+  for (const AddedToken& a : t.added)
+    if (a.id >= 0) added_ids[a.content] = a.id;
 
   const json pp = tok.value("post_processor", json());
   const bool names_flags = tconf.is_object() && (tconf.contains("add_bos_token") || tconf.contains("add_eos_token"));

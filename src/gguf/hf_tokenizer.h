@@ -26,6 +26,14 @@
 //   each ByteLevel with tokenizer_config.json's add_prefix_space (default false), each BPE without
 //   ignore_merges, dropout, byte fallback or affixes; any other class (LlamaTokenizer's Metaspace,
 //   CodeGen, ...) is refused.
+// The added tokens (split out of a text before the normalizer and the model, gguf/added_vocab.h):
+// tokenizer.json's added_tokens, then tokenizer_config.json's added_tokens_decoder (a content met
+// again takes its later flags, as AddedVocabulary::add_tokens re-adds it), then the special tokens
+// tokenizer_config.json names that neither holds (special, not normalized, no id). Their ids are
+// transformers' only when those not in the model's vocabulary are its next ids in their order
+// (tokenizers gives an added token its vocabulary id, else the next free one past the vocabulary,
+// whatever tokenizer.json says: 5.24 puts StarCoder's special tokens, ids 0..37 in the release,
+// past the vocabulary when they are not in it): otherwise refused, naming the token.
 // The post-processor: tokenizer.json's, but when tokenizer_config.json names add_bos_token or
 // add_eos_token (or tokenizer.json has none) transformers replaces it by bos_token, the sequence and
 // eos_token, each as the flags say (update_post_processor); a token's id is its id in tokenizer.json.
@@ -36,6 +44,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "gguf/added_vocab.h"
+
 namespace dcpctl::gguf {
 
 struct LoadedTokenizer {
@@ -44,7 +54,7 @@ struct LoadedTokenizer {
   nlohmann::json pre_tokenizer;
   bool ignore_merges = false;
   std::vector<int64_t> before, after;  // the ids the post-processor puts around the sequence
-  std::vector<std::string> added;      // added and special tokens' texts (split out before the model)
+  std::vector<AddedToken> added;       // split out before the model (gguf/added_vocab.h)
 };
 
 // `tok` tokenizer.json, `tconf` tokenizer_config.json (null: none), `config` config.json.

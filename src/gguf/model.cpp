@@ -1522,15 +1522,8 @@ void add_tokenizer_keys(Header& h, const json& config, const json& tok, const js
                            "the tokenizer's pre-tokenizer (digest " + digest +
                                ") is not one llama.cpp's converter names here (llama-bpe, qwen2, glm4, deepseek-llm, "
                                "deepseek-coder, gpt-2, "
-                               "starcoder, command-r): BPE pre-tokenizer was not recognized (tokenizer.ggml.pre)");
-  // Command-R's special tokens are not yet written as the converter writes them: against
-  // llama.cpp's own models/ggml-vocab-command-r.gguf (the converter's file of the release's
-  // tokenizer) dcpctl's types of ids 255000.. and its unknown/separator/mask ids differ.
-  if (pre == "command-r")
-    throw UnsupportedError(
-        Where(where),
-        "a Command-R tokenizer (tokenizer.ggml.pre command-r) is not written into a GGUF by dcpctl yet: "
-        "its special tokens' types and ids are not yet the converter's (docs/gguf.md, Tokenizers)");
+                               "starcoder, command-r, olmo, falcon, refact, tekken): BPE pre-tokenizer was not "
+                               "recognized (tokenizer.ggml.pre)");
   const int64_t vocab_size = need_int(config, "vocab_size", where);
   std::vector<std::string> tokens(static_cast<size_t>(vocab_size));
   std::vector<int32_t> types(static_cast<size_t>(vocab_size), 5);  // UNUSED

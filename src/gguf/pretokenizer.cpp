@@ -1,6 +1,7 @@
 // Byte-level pre-tokenizers (gguf/pretokenizer.h).
 #include "gguf/pretokenizer.h"
 
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -9,6 +10,7 @@
 #include <oniguruma.h>
 #include <utf8proc.h>
 
+#include "gguf/vocab.h"
 #include "util/error.h"
 
 namespace dcpctl::gguf {
@@ -132,6 +134,40 @@ void split_piece(const std::string& s, const PieceMatches& m, const std::string&
     if (!p.empty()) out.push_back(std::move(p));
 }
 
+// tokenizers' is_punc: Rust's char::is_ascii_punctuation, or a Unicode punctuation category (P*).
+bool is_punctuation(int32_t c) {
+  if (c < 0x80)
+    return (c >= 0x21 && c <= 0x2F) || (c >= 0x3A && c <= 0x40) || (c >= 0x5B && c <= 0x60) || (c >= 0x7B && c <= 0x7E);
+  switch (utf8proc_category(c)) {
+    case UTF8PROC_CATEGORY_PC:
+    case UTF8PROC_CATEGORY_PD:
+    case UTF8PROC_CATEGORY_PS:
+    case UTF8PROC_CATEGORY_PE:
+    case UTF8PROC_CATEGORY_PI:
+    case UTF8PROC_CATEGORY_PF:
+    case UTF8PROC_CATEGORY_PO: return true;
+    default: return false;
+  }
+}
+
+// ByteLevel: a space prepended, GPT-2's pattern, then each byte as its byte-level character.
+std::vector<std::string> byte_level(const json& pt, const std::vector<std::string>& in, const std::string& where) {
+  std::vector<std::string> split;
+  for (std::string s : in) {
+    if (pt.value("add_prefix_space", true) && s.rfind(' ', 0) != 0) s = " " + s;
+    if (pt.value("use_regex", true))
+      split_piece(s, onig_matches(kByteLevelPattern, s, where), "Isolated", split, where);
+    else if (!s.empty())
+      split.push_back(s);
+  }
+  for (std::string& s : split) {
+    std::string mapped;
+    for (unsigned char b : s) mapped += byte_chars()[b];
+    s = std::move(mapped);
+  }
+  return split;
+}
+
 bool rust_is_numeric(int32_t c) {
   const utf8proc_category_t k = utf8proc_category(c);
   return k == UTF8PROC_CATEGORY_ND || k == UTF8PROC_CATEGORY_NL || k == UTF8PROC_CATEGORY_NO;
@@ -167,16 +203,12 @@ std::vector<std::string> apply_pre_tokenizer(const json& pt, const std::vector<s
     for (const std::string& s : in) split_piece(s, code_point_matches(s, rust_is_numeric, where), behavior, out, where);
     return out;
   }
-  if (type == "ByteLevel") {
-    for (std::string s : in) {
-      if (pt.value("add_prefix_space", true) && s.rfind(' ', 0) != 0) s = " " + s;
-      if (pt.value("use_regex", true))
-        split_piece(s, onig_matches(kByteLevelPattern, s, where), "Isolated", out, where);
-      else if (!s.empty())
-        out.push_back(s);
-    }
+  if (type == "Punctuation") {
+    const std::string behavior = pt.value("behavior", std::string("Isolated"));
+    for (const std::string& s : in) split_piece(s, code_point_matches(s, is_punctuation, where), behavior, out, where);
     return out;
   }
+  if (type == "ByteLevel") return byte_level(pt, in, where);
   refuse_pre_tokenizer(where, type.empty() ? std::string("without a type") : type);
 }
 
@@ -191,11 +223,10 @@ std::vector<std::string> pre_tokenize(const json& pre, const std::string& text, 
   } else if (!pre.is_null()) {
     steps.push_back(pre);
   }
-  if (steps.empty() || !steps.back().is_object() || steps.back().value("type", std::string()) != "ByteLevel")
-    refuse_pre_tokenizer(where, "without ByteLevel last (a byte-level BPE's)");
-  for (size_t i = 0; i + 1 < steps.size(); ++i)
-    if (steps[i].value("type", std::string()) == "ByteLevel")
-      refuse_pre_tokenizer(where, "with a ByteLevel before its last step");
+  const auto byte_levels = std::count_if(steps.begin(), steps.end(), [](const json& p) {
+    return p.is_object() && p.value("type", std::string()) == "ByteLevel";
+  });
+  if (byte_levels != 1) refuse_pre_tokenizer(where, "without one ByteLevel step (a byte-level BPE's)");
   std::vector<std::string> pieces;
   if (!text.empty()) pieces.push_back(text);
   for (const json& s : steps) pieces = apply_pre_tokenizer(s, pieces, where);

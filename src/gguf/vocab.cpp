@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "gguf/added_vocab.h"
 #include "gguf/hf_tokenizer.h"
 #include "gguf/normalizer.h"
 #include "gguf/pretokenizer.h"
@@ -65,63 +66,86 @@ const std::vector<std::string>& byte_chars() {
   return chars;
 }
 
-std::string pre_digest(const json& tok, const json& tconf, const json& config, const std::string& where) {
-  const LoadedTokenizer loaded = as_transformers_loads(tok, tconf, config, where);
-  const json& model = tok.at("model");
-  const std::string raw = kCheckText, text = normalize(loaded.normalizer, raw, where);
-  for (const std::string& a : loaded.added)
-    if (!a.empty() && (raw.find(a) != std::string::npos || text.find(a) != std::string::npos))
-      refuse_digest(where, "an added token found in the check text ('" + a + "')");
+namespace {
 
-  // The vocabulary and the merges' ranks, keyed by views of tokenizer.json's own strings (which
-  // outlive them): a real vocabulary is 150,000 to 260,000 tokens and merges, read once each.
-  std::unordered_map<std::string_view, int64_t> vocab;
-  const json& vj = model.at("vocab");
-  if (!vj.is_object()) refuse_digest(where, "a vocabulary that is not a JSON object");
-  vocab.reserve(vj.size());
-  for (const auto& [k, v] : vj.items()) vocab[k] = v.get<int64_t>();
-  std::unordered_map<std::pair<std::string_view, std::string_view>, size_t, PairHash> rank;
-  const json& merges = model.at("merges");
-  rank.reserve(merges.size());
-  size_t r = 0;
-  for (const json& m : merges) {
-    std::pair<std::string_view, std::string_view> p;
-    if (m.is_array()) {
-      p = {m.at(0).get_ref<const std::string&>(), m.at(1).get_ref<const std::string&>()};
-    } else {
-      const std::string_view s = m.get_ref<const std::string&>();
-      const size_t sp = s.find(' ');
-      if (sp == std::string::npos) refuse_digest(where, "a merge without a space");
-      p = {s.substr(0, sp), s.substr(sp + 1)};
+// Byte-level BPE over tokenizer.json's model, keyed by views of its own strings (which outlive
+// them): a real vocabulary is 150,000 to 260,000 tokens and merges, read once each.
+class ByteLevelBpe {
+ public:
+  ByteLevelBpe(const json& model, bool ignore_merges, const std::string& where)
+      : ignore_merges_(ignore_merges), where_(where) {
+    const json& vj = model.at("vocab");
+    if (!vj.is_object()) refuse_digest(where, "a vocabulary that is not a JSON object");
+    vocab_.reserve(vj.size());
+    for (const auto& [k, v] : vj.items()) vocab_[k] = v.get<int64_t>();
+    const json& merges = model.at("merges");
+    rank_.reserve(merges.size());
+    size_t r = 0;
+    for (const json& m : merges) {
+      std::pair<std::string_view, std::string_view> p;
+      if (m.is_array()) {
+        p = {m.at(0).get_ref<const std::string&>(), m.at(1).get_ref<const std::string&>()};
+      } else {
+        const std::string_view s = m.get_ref<const std::string&>();
+        const size_t sp = s.find(' ');
+        if (sp == std::string::npos) refuse_digest(where, "a merge without a space");
+        p = {s.substr(0, sp), s.substr(sp + 1)};
+      }
+      rank_.emplace(p, r++);
     }
-    rank.emplace(p, r++);
   }
 
-  std::vector<int64_t> ids = loaded.before;
-  for (const std::string& piece : pre_tokenize(loaded.pre_tokenizer, text, where)) {
-    std::vector<std::string> sym;
-    for (unsigned char b : piece) sym.push_back(byte_chars()[b]);
-    std::string whole;
-    for (const std::string& s : sym) whole += s;
-    if (auto it = vocab.find(whole); loaded.ignore_merges && it != vocab.end()) {
+  // The ids of one pre-tokenized piece (in the byte-level alphabet), appended to `ids`.
+  void encode(const std::string& piece, std::vector<int64_t>& ids) const {
+    std::vector<std::string> sym;  // its characters: each one byte of the text
+    for (size_t at = 0; at < piece.size();) {
+      const auto lead = static_cast<unsigned char>(piece[at]);
+      const size_t n = lead < 0x80 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4;
+      sym.push_back(piece.substr(at, n));
+      at += n;
+    }
+    if (auto it = vocab_.find(piece); ignore_merges_ && it != vocab_.end()) {
       ids.push_back(it->second);
-      continue;
+      return;
     }
     for (;;) {
       size_t best = SIZE_MAX, at = 0;
       for (size_t k = 0; k + 1 < sym.size(); ++k) {
-        auto it = rank.find({std::string_view(sym[k]), std::string_view(sym[k + 1])});
-        if (it != rank.end() && it->second < best) best = it->second, at = k;
+        auto it = rank_.find({std::string_view(sym[k]), std::string_view(sym[k + 1])});
+        if (it != rank_.end() && it->second < best) best = it->second, at = k;
       }
       if (best == SIZE_MAX) break;
       sym[at] += sym[at + 1];
       sym.erase(sym.begin() + static_cast<std::ptrdiff_t>(at) + 1);
     }
     for (const std::string& s : sym) {
-      auto it = vocab.find(s);
-      if (it == vocab.end()) refuse_digest(where, "a symbol missing from the vocabulary ('" + s + "')");
+      auto it = vocab_.find(s);
+      if (it == vocab_.end()) refuse_digest(where_, "a symbol missing from the vocabulary ('" + s + "')");
       ids.push_back(it->second);
     }
+  }
+
+ private:
+  std::unordered_map<std::string_view, int64_t> vocab_;
+  std::unordered_map<std::pair<std::string_view, std::string_view>, size_t, PairHash> rank_;
+  bool ignore_merges_;
+  std::string where_;
+};
+
+}  // namespace
+
+std::string pre_digest(const json& tok, const json& tconf, const json& config, const std::string& where) {
+  const LoadedTokenizer loaded = as_transformers_loads(tok, tconf, config, where);
+  const ByteLevelBpe bpe(tok.at("model"), loaded.ignore_merges, where);
+  // The added tokens split out first, each stretch between them normalized, pre-tokenized and
+  // encoded on its own (tokenizers' AddedVocabulary, gguf/added_vocab.h).
+  std::vector<int64_t> ids = loaded.before;
+  for (const AddedSplit& s : split_added(loaded.added, loaded.normalizer, kCheckText, where)) {
+    if (s.id >= 0) {
+      ids.push_back(s.id);
+      continue;
+    }
+    for (const std::string& piece : pre_tokenize(loaded.pre_tokenizer, s.text, where)) bpe.encode(piece, ids);
   }
   ids.insert(ids.end(), loaded.after.begin(), loaded.after.end());
   std::string list = "[";
@@ -141,6 +165,13 @@ std::string pre_name(const std::string& digest) {
       {"3ce83efda5659b07b1ad37ca97ca5797ea4285d9b9ab0dc679e4a720c9da7454", "gpt-2"},
       {"35d91631860c815f952d711435f48d356ebac988362536bed955d43bfa436e34", "starcoder"},
       {"9c2227e4dd922002fb81bde4fc02b0483ca4f12911410dee2255e4987644e3f8", "command-r"},
+      // MPT's (GPT-NeoX's vocabulary, NFC): the converter's table names this digest `mpt`, then
+      // `olmo` (OLMo 1.7's), a run of ifs: the last is written.
+      {"b6dc8df998e1cfbdc4eac8243701a65afe638679230920b50d6f17d81c098166", "olmo"},
+      {"8aeee3860c56296a157a1fe2fad249ec40aa59b1bb5709f4ade11c4e6fe652ed", "falcon"},
+      {"6221ad2852e85ce96f791f476e0b390cf9b474c9e3d1362f53a24a06dc8220ff", "refact"},
+      // Mistral NeMo's Tekken (Mistral-Nemo-Base-2407's row), rebuilt from mistral-common's file.
+      {"63b97e4253352e6f357cc59ea5b583e3a680eaeaf2632188c2b952de2588485e", "tekken"},
       // GLM's (the converter's rows for glm-4-9b-hf, GLM-4.5-Air and GLM-4.7-Flash): Llama 3's split
       // pattern over GLM's own vocabulary; not checked here, as no GLM vocabulary is at hand (a
       // digest dcpctl computes otherwise than transformers matches none and is refused).

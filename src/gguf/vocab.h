@@ -18,8 +18,10 @@
 //     continuing-subword prefix or end-of-word suffix, `ignore_merges` honoured (a whole piece in
 //     the vocabulary is one token, as Llama 3's tokenizer says), merges applied lowest rank first,
 //     the leftmost on ties; every symbol left must be in the vocabulary;
-//   - added tokens: none whose text occurs in the check text, before or after normalization
-//     (tokenizers would split them out first);
+//   - added tokens: split out of the text first, as tokenizers splits them (gguf/added_vocab.h:
+//     the normalized and the raw ones, lstrip, rstrip, single_word), with the ids transformers
+//     gives them (gguf/hf_tokenizer.h); the normalizer, pre-tokenizer and model then run on each
+//     stretch between them;
 //   - post_processor: none, ByteLevel (adds nothing), TemplateProcessing whose `single` is special
 //     tokens around one Sequence A, or a Sequence of those.
 //

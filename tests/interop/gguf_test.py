@@ -76,10 +76,13 @@ ARCHS = {
         rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
                          "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})),
     "mistral": (transformers.MistralConfig, "llama-bpe", {}),
-    # Llama 2's SentencePiece tokenizer (spm_tokenizer below), the converter's _set_vocab_sentencepiece;
+    # SentencePiece tokenizers (spm_tokenizer below), the converter's _set_vocab_sentencepiece: Llama
+    # 2's; Mixtral 8x22B's (and Mistral 7B v0.3's) own, mistral-common's v3 with its 748 control
+    # pieces, and by name Mistral 7B v0.1's (and Mixtral 8x7B's) v1 (gguf_oracle.MISTRAL_SPM);
     # mixtral-spm also pads the vocabulary past the model's pieces and adds a token (SPM_EXTRAS).
     "llama-spm": (transformers.LlamaConfig, "llama-spm", {}),
-    "mixtral-spm": (transformers.MixtralConfig, "llama-spm", dict(num_local_experts=4, num_experts_per_tok=2)),
+    "mixtral-spm": (transformers.MixtralConfig, "mistral-v3", dict(num_local_experts=4, num_experts_per_tok=2)),
+    "mistral-spm": (transformers.MistralConfig, "mistral-v1", {}),
     # Not a release's pairing and not a default case: Qwen2Model.set_vocab (qwen2, qwen3) also takes a
     # tokenizer.model first, and dcpctl with it.
     "qwen3-spm": (transformers.Qwen3Config, "llama-spm", {}),
@@ -151,33 +154,31 @@ ARCHS = {
     # norms only; GPT-2's tokenizer (OLMo 2's own is not among llama.cpp's files).
     "olmo2": (transformers.Olmo2Config, "gpt-2", {}),
     # StarCoder 2 (StarCoder2Model): LayerNorm with biases, biases on every projection, a plain MLP
-    # (c_fc, c_proj); GPT-2's tokenizer (GPT2Tokenizer, StarCoder 2's class). StarCoder's own rebuilt
-    # files are not: transformers 5.24's GPT2Tokenizer gives their 38 special tokens other ids, where
-    # the converter writes [PAD0..37] (docs/gguf.md, the families' table), which dcpctl does not.
-    "starcoder2": (transformers.Starcoder2Config, "gpt-2", dict(sliding_window=16, bos_token_id=50256, eos_token_id=50256)),
+    # (c_fc, c_proj); StarCoder's own tokenizer (GPT2Tokenizer, its 38 special tokens at ids 0..37
+    # in the vocabulary as the release has them; <|endoftext|> 0 its bos and eos).
+    "starcoder2": (transformers.Starcoder2Config, "starcoder", dict(sliding_window=16, bos_token_id=0, eos_token_id=0)),
     # Command-R (CommandR2Model, CohereForCausalLM; tied, as its releases: the converter has no
     # output tensor for it): parallel attention and MLP after one LayerNorm (no bias), the logit
     # scale, model_max_length as the context; no q/k norms (llama.cpp loads them only at 64 layers and
-    # more, Command R+); GPT-2's tokenizer: its own (llama.cpp's command-r vocabulary) is refused by
-    # dcpctl (docs/gguf.md, Tokenizers).
-    "command-r": (transformers.CohereConfig, "gpt-2", dict(use_qk_norm=False, logit_scale=0.125, model_max_length=512,
-                                                            bos_token_id=50256, eos_token_id=50256, pad_token_id=None)),
+    # more, Command R+); its own tokenizer (CohereTokenizer, NFC, its 256,000 ids; CohereConfig's
+    # ids: pad 0, bos 5, eos 255001, as the release's).
+    "command-r": (transformers.CohereConfig, "command-r", dict(use_qk_norm=False, logit_scale=0.125, model_max_length=512)),
     # Falcon (FalconModel): Falcon-40B's layout (new_decoder_architecture: grouped KV heads, ln_attn and
     # ln_mlp), the fused query_key_value regrouped as the converter's jploski layout, LayerNorms with
-    # biases; GPT-2's tokenizer (Falcon's own is not among llama.cpp's files).
-    "falcon": (transformers.FalconConfig, "gpt-2", dict(new_decoder_architecture=True, num_kv_heads=2, bias=False,
-                                                         bos_token_id=50256, eos_token_id=50256)),
+    # biases; its own tokenizer (llama.cpp's falcon vocabulary: punctuation, byte-level, digits;
+    # <|endoftext|> 11 its bos and eos, FalconConfig's defaults).
+    "falcon": (transformers.FalconConfig, "falcon", dict(new_decoder_architecture=True, num_kv_heads=2, bias=False)),
     # Ministral 3 (Mistral3Model's Ministral3Model, a LlamaModel under mistral3): its yarn rope with
-    # mscale_all_dim and llama_4_scaling_beta, head_dim 32; Llama 3's tokenizer (Mistral's Tekken is
-    # a byte-level BPE too, not among llama.cpp's files).
-    "ministral3": (transformers.Ministral3Config, "llama-bpe", dict(head_dim=32, rope_parameters={
+    # mscale_all_dim and llama_4_scaling_beta, head_dim 32; Mistral's Tekken tokenizer (Mistral NeMo's,
+    # rebuilt from mistral-common's tekken_240718.json: gguf_oracle.tekken_tokenizer).
+    "ministral3": (transformers.Ministral3Config, "tekken", dict(head_dim=32, rope_parameters={
         "rope_type": "yarn", "rope_theta": 1000000.0, "factor": 4.0, "original_max_position_embeddings": 64,
         "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0, "llama_4_scaling_beta": 0.1})),
     # MPT (MPTModel): registered as MosaicML's remote code names it, MPTForCausalLM (transformers saves
     # MptForCausalLM, which the converter does not know: renamed in config.json after saving, as
-    # MosaicML's releases have it); no LayerNorm biases, ALiBi, the fused Wqkv; GPT-2's tokenizer (MPT's
-    # own is refused by dcpctl: its added tokens are in the converter's check text).
-    "mpt": (transformers.MptConfig, "gpt-2", dict(expansion_ratio=4, max_seq_len=256, no_bias=True,
+    # MosaicML's releases have it); no LayerNorm biases, ALiBi, the fused Wqkv; its own tokenizer
+    # (GPTNeoXTokenizer, NFC, runs of spaces as added tokens, which the check text holds).
+    "mpt": (transformers.MptConfig, "mpt", dict(expansion_ratio=4, max_seq_len=256, no_bias=True,
                                                    attn_config={"alibi": True, "alibi_bias_max": 8, "clip_qkv": None})),
 }
 
@@ -291,25 +292,26 @@ def kimi_tokenizer(out: Path) -> tuple[int, dict]:
     shutil.copy(HERE / "gguf_kimi_tokenizer.py", out / "tokenization_kimi.py")
     return KIMI_RANKS + 256, dict(bos_token_id=KIMI_RANKS, eos_token_id=KIMI_RANKS + 1, pad_token_id=KIMI_RANKS + 255)
 
-# What mixtral-spm's folder adds to Llama 2's tokenizer, each a path of _create_vocab_sentencepiece
-# or SpecialVocab: config.json's vocab_size two past the 32,000 pieces (the converter pads with
+# What mixtral-spm's folder adds to Mixtral's tokenizer, each a path of _create_vocab_sentencepiece
+# or SpecialVocab: config.json's vocab_size two past the 32,768 pieces (the converter pads with
 # [PAD{id}]), added_tokens.json giving the first of them a token (USER_DEFINED, score -1000), its id
 # as config.json's pad_token_id, tokenizer_config.json's add_prefix_space (LlamaModel.set_vocab's
 # tokenizer.ggml.add_space_prefix) and a chat template (a short one of this test's; its text is only copied).
-SPM_EXTRAS = dict(vocab=32002, added={"<pad>": 32000}, pad_token_id=32000, add_prefix_space=False,
+SPM_EXTRAS = dict(vocab=32770, added={"<pad>": 32768}, pad_token_id=32768, add_prefix_space=False,
                   chat_template="{% for m in messages %}[INST] {{ m['content'] }} [/INST]{% endfor %}")
 
 
 def spm_tokenizer(name: str, out: Path, extras: dict | None) -> int:
     """A SentencePiece model's tokenizer files in `out`, as a Llama 2 / Mistral / Mixtral folder has
     them: tokenizer.model (gguf_oracle.spm_tokenizer: Llama 2's vocabulary from llama.cpp's vocab
-    file, checked against its test vectors by sentencepiece), and the tokenizer.json and
-    tokenizer_config.json transformers 5.23 writes for it (AutoTokenizer.from_pretrained of
-    tokenizer.model with tokenizer_class LlamaTokenizer, then save_pretrained, which leaves
-    tokenizer.model out: copied beside them as the released folders hold it). tokenizer_config.json
-    then gets the keys the releases' carry and transformers 5.23 does not write back:
-    add_bos_token true, add_eos_token false and added_tokens_decoder for <unk>, <s>, </s>
-    (special); `extras`: SPM_EXTRAS. Returns config.json's vocab_size."""
+    file, checked against its test vectors by sentencepiece, or Mistral's own file), and the
+    tokenizer.json and tokenizer_config.json transformers 5.23 writes for it
+    (AutoTokenizer.from_pretrained of tokenizer.model with tokenizer_class LlamaTokenizer, then
+    save_pretrained, which leaves tokenizer.model out: copied beside them as the released folders
+    hold it). tokenizer_config.json then gets the keys the releases' carry and transformers 5.23
+    does not write back: add_bos_token true, add_eos_token false and added_tokens_decoder for the
+    model's unknown and control pieces (special: <unk>, <s>, </s>, and Mistral v3's [INST] ...);
+    `extras`: SPM_EXTRAS. Returns config.json's vocab_size (the model's piece count, or extras')."""
     import json
     stage = out.parent / f"{name}-stage"
     gguf_oracle.spm_tokenizer(name, str(stage))
@@ -321,10 +323,13 @@ def spm_tokenizer(name: str, out: Path, extras: dict | None) -> int:
     tc = json.loads((out / "tokenizer_config.json").read_text())
     if tc.get("tokenizer_class") != "LlamaTokenizer":
         raise AssertionError(f"transformers saved tokenizer_class {tc.get('tokenizer_class')!r}")
+    from sentencepiece import SentencePieceProcessor
+    sp = SentencePieceProcessor(model_file=str(out / "tokenizer.model"))
     tc.update(add_bos_token=True, add_eos_token=False, added_tokens_decoder={
-        str(i): {"content": t, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False, "special": True}
-        for i, t in enumerate(("<unk>", "<s>", "</s>"))})
-    vocab = 32000
+        str(i): {"content": sp.id_to_piece(i), "lstrip": False, "normalized": False, "rstrip": False, "single_word": False,
+                 "special": True}
+        for i in range(sp.vocab_size()) if sp.is_control(i) or sp.is_unknown(i)})
+    vocab = sp.vocab_size()
     if extras:
         tc.update(add_prefix_space=extras["add_prefix_space"], chat_template=extras["chat_template"])
         (out / "added_tokens.json").write_text(json.dumps(extras["added"]))
@@ -348,7 +353,7 @@ def phi3_tokens(out: Path) -> None:
 
 
 # The architectures whose files verify checks against gguf/model.cpp's expected_tensors.
-TABLE_CHECKED = {"llama", "mistral", "mixtral", "llama-spm", "mixtral-spm", "qwen3-spm", "qwen2", "qwen3", "qwen3moe", "deepseek2", "kimi-k2", "deepseekv2", "glm4moe",
+TABLE_CHECKED = {"llama", "mistral", "mixtral", "llama-spm", "mixtral-spm", "mistral-spm", "qwen3-spm", "qwen2", "qwen3", "qwen3moe", "deepseek2", "kimi-k2", "deepseekv2", "glm4moe",
                  "glm4moe-mtp", "gpt-oss", "gpt-oss-mxfp4", "gemma2", "gemma3", "phi3", "granite", "olmo2", "starcoder2", "command-r", "falcon", "ministral3", "mpt"}
 
 # A size that puts the embeddings and the head (Q8_0 of 128256 x 64: 8.7 MB) in shards of their own
@@ -375,7 +380,7 @@ def tiny_model(arch: str, out: Path, tokenizer: str | None = None, extra_vocab: 
     import json
     if ARCHS[arch][1] == "kimi":
         vocab, special = kimi_tokenizer(out)
-    elif ARCHS[arch][1] in gguf_oracle.SPM:
+    elif ARCHS[arch][1] in gguf_oracle.SPM or ARCHS[arch][1] in gguf_oracle.MISTRAL_SPM:
         extras = SPM_EXTRAS if arch == "mixtral-spm" else None
         vocab = spm_tokenizer(ARCHS[arch][1], out, extras)
         special = dict(pad_token_id=extras["pad_token_id"]) if extras else {}
@@ -386,7 +391,7 @@ def tiny_model(arch: str, out: Path, tokenizer: str | None = None, extra_vocab: 
         gguf_oracle.tokenizer(tokenizer or ARCHS[arch][1], str(out))
         tok = json.loads((out / "tokenizer.json").read_text())
         vocab, special = len(tok["model"]["vocab"]) + len(tok["added_tokens"]), {}
-        if tokenizer:
+        if tokenizer or ARCHS[arch][1] in (*gguf_oracle.FAMILIES, "tekken"):  # their special tokens may be in both lists
             vocab = 1 + extra_vocab + max([*tok["model"]["vocab"].values(), *(a["id"] for a in tok["added_tokens"])])
     if arch == "glm4moe":
         ids = list(tok["model"]["vocab"].values()) + [a["id"] for a in tok["added_tokens"]]

@@ -69,10 +69,11 @@ TEST_CASE("gguf_vocab: what it cannot run exactly is refused, naming it") {
   CHECK_THAT(refusal(t, config), Catch::Contains("Oniguruma does not compile"));
   t = tok;
   t["pre_tokenizer"] = {{"type", "Metaspace"}};
-  CHECK_THAT(refusal(t, config), Catch::Contains("without ByteLevel last"));
+  CHECK_THAT(refusal(t, config), Catch::Contains("without one ByteLevel step"));
+  // An added token transformers numbers otherwise (the next past the vocabulary's 420) is refused.
   t = tok;
   t["added_tokens"].push_back({{"id", 999}, {"content", "apple"}, {"special", false}});
-  CHECK_THAT(refusal(t, config), Catch::Contains("added token"));
+  CHECK_THAT(refusal(t, config), Catch::Contains("added token 'apple' has id 999") && Catch::Contains("gives it 420"));
   t = tok;
   t["post_processor"] = {{"type", "RobertaProcessing"}};
   CHECK_THAT(refusal(t, config), Catch::Contains("post_processor RobertaProcessing"));
@@ -94,6 +95,33 @@ TEST_CASE("gguf_vocab: what it cannot run exactly is refused, naming it") {
   json fewer = all;
   fewer["model"]["merges"].erase(0);
   CHECK(gguf::pre_digest(fewer, config, kLlama, "x") != gguf::pre_digest(all, config, kLlama, "x"));
+}
+
+// added_tokens.json (make_tokenizers.py added): llama3-bos with added tokens met in the check text,
+// each set of flags and normalizer with the digest transformers 5.24 gives it.
+TEST_CASE("gguf_vocab: added tokens are split out as tokenizers splits them") {
+  const json tok = load("llama3-bos/tokenizer.json"), config = load("llama3-bos/tokenizer_config.json");
+  const std::string plain = gguf::pre_digest(tok, config, kLlama, "x");
+  const json cases = load("added_tokens.json");
+  REQUIRE(cases.size() == 6);
+  for (const auto& [name, c] : cases.items()) {
+    INFO(name);
+    json t = tok;
+    t["normalizer"] = c.at("normalizer");
+    for (const json& a : c.at("added_tokens")) t["added_tokens"].push_back(a);
+    const std::string got = gguf::pre_digest(t, config, kLlama, name);
+    CHECK(got == c.at("digest").get<std::string>());
+    CHECK(got != plain);
+  }
+  // The same token named in tokenizer_config.json's added_tokens_decoder only: transformers adds it
+  // alike (the same digest, checked with transformers 5.24 when the fixture was written).
+  const json one = cases.at("between-letters");
+  json c = config, entry = one.at("added_tokens").at(0);
+  entry.erase("id");
+  c["added_tokens_decoder"] = {{std::to_string(one["added_tokens"][0]["id"].get<int64_t>()), entry}};
+  CHECK(gguf::pre_digest(tok, c, kLlama, "x") == one.at("digest").get<std::string>());
+  c["added_tokens_decoder"] = {{"x1", entry}};
+  CHECK_THAT(refusal(tok, c), Catch::Contains("added_tokens_decoder key 'x1'"));
 }
 
 TEST_CASE("gguf_vocab: the class transformers loads decides what runs") {
@@ -156,22 +184,44 @@ TEST_CASE("gguf_vocab: normalizers change a text as utf8proc does") {
   CHECK_THROWS_AS(gguf::normalize({{"type", "NFC"}}, "\xff", "x"), FormatError);
 }
 
-// The expected pieces are tokenizers 0.23's pre_tokenize_str (before ByteLevel's alphabet).
+// The expected pieces are tokenizers 0.23's pre_tokenize_str (in the byte-level alphabet: "\xc4\xa0" is
+// U+0120, a space's character).
 TEST_CASE("gguf_vocab: pre-tokenizers split as tokenizers splits") {
   const json bl = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}};
   using V = std::vector<std::string>;
-  CHECK(gguf::pre_tokenize(bl, "Hello world  33!", "x") == V{"Hello", " world", " ", " 33", "!"});
+  CHECK(gguf::pre_tokenize(bl, "Hello world  33!", "x") == V{"Hello", "\xc4\xa0world", "\xc4\xa0",
+                                                             "\xc4\xa0"
+                                                             "33",
+                                                             "!"});
   json seq = {{"type", "Sequence"}, {"pretokenizers", {{{"type", "Digits"}, {"individual_digits", true}}, bl}}};
-  CHECK(gguf::pre_tokenize(seq, "a 123", "x") == V{"a", " ", "1", "2", "3"});
+  CHECK(gguf::pre_tokenize(seq, "a 123", "x") == V{"a", "\xc4\xa0", "1", "2", "3"});
   seq["pretokenizers"][0]["individual_digits"] = false;
-  CHECK(gguf::pre_tokenize(seq, "a 123", "x") == V{"a", " ", "123"});
+  CHECK(gguf::pre_tokenize(seq, "a 123", "x") == V{"a", "\xc4\xa0", "123"});
   // Oniguruma's $ is the end of a line: DeepSeek LLM's "\s+$" takes the spaces before a newline, not it.
   const json split = {
       {"type", "Split"}, {"pattern", {{"Regex", "\\s+$"}}}, {"behavior", "Isolated"}, {"invert", false}};
   json ds = {{"type", "Sequence"},
              {"pretokenizers", {split, {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
-  CHECK(gguf::pre_tokenize(ds, "a  \nb", "x") == V{"a", "  ", "\nb"});
+  CHECK(gguf::pre_tokenize(ds, "a  \nb", "x") == V{"a", "\xc4\xa0\xc4\xa0",
+                                                   "\xc4\x8a"
+                                                   "b"});
   json prefix = bl;
   prefix["add_prefix_space"] = true;
-  CHECK(gguf::pre_tokenize(prefix, "Hi", "x") == V{" Hi"});
+  CHECK(gguf::pre_tokenize(prefix, "Hi", "x") == V{"\xc4\xa0Hi"});
+  // Falcon's: punctuation runs, ByteLevel, then digit runs and threes of digits in the byte-level
+  // text (where the UTF-8 bytes of a superscript two and three are numeric characters again).
+  const json falcon = {{"type", "Sequence"},
+                       {"pretokenizers",
+                        {{{"type", "Punctuation"}, {"behavior", "Contiguous"}},
+                         bl,
+                         {{"type", "Digits"}, {"individual_digits", false}},
+                         {{"type", "Split"},
+                          {"pattern", {{"Regex", "[0-9][0-9][0-9]"}}},
+                          {"behavior", "Isolated"},
+                          {"invert", false}}}}};
+  CHECK(gguf::pre_tokenize(falcon, "Hi, 12345 \xc2\xbfqu\xc3\xa9?!\xe2\x80\xa6 $x+=2", "x") ==
+        V{"Hi", ",", "\xc4\xa0", "123", "45", "\xc4\xa0", "\xc3\x82\xc2\xbf", "qu\xc3\x83\xc2\xa9",
+          "?!\xc3\xa2\xc4\xa2\xc2\xa6", "\xc4\xa0", "$", "x", "+=", "2"});
+  CHECK(gguf::pre_tokenize(falcon, "x \xc2\xb2\xc2\xb3 1", "x") ==
+        V{"x", "\xc4\xa0\xc3\x82", "\xc2\xb2", "\xc3\x82", "\xc2\xb3", "\xc4\xa0", "1"});
 }
