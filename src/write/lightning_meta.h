@@ -41,11 +41,11 @@
 #include <nlohmann/json.hpp>
 
 #include "meta/checkpoint.h"
+#include "pickle/pickler.h"
 #include "pickle/value.h"
 #include "plan/plan.h"
 #include "write/consolidate.h"
 #include "write/output.h"
-#include "pickle/pickler.h"
 #include "write/torch_save.h"
 
 namespace dcpctl {

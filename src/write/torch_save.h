@@ -18,9 +18,9 @@
 #include <string>
 #include <vector>
 
+#include "pickle/pickler.h"
 #include "util/dtype.h"
 #include "write/output.h"
-#include "pickle/pickler.h"
 
 namespace dcpctl {
 

@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "pickle/vm.h"
 #include "pickle/pickler.h"
+#include "pickle/vm.h"
 
 namespace {
 

@@ -15,6 +15,7 @@
 
 #include "dist/group.h"
 #include "item/item_reader.h"
+#include "pickle/pickler.h"
 #include "plan/format.h"
 #include "util/failpoint.h"
 #include "util/sha256.h"
@@ -24,7 +25,6 @@
 #include "write/execute.h"
 #include "write/executor.h"
 #include "write/output.h"
-#include "pickle/pickler.h"
 #include "write/reshard.h"
 #include "write/resume.h"
 #include "write/stream.h"

@@ -4,10 +4,10 @@
 // a Lightning checkpoint's meta.pt merged in as Lightning's consolidation merges it
 // (write/lightning_meta.h). The selected non-tensor values are re-pickled into data.pkl.
 // Rank 0 writes it, on one lane.
+#include "pickle/pickler.h"
 #include "write/executor.h"
 #include "write/formats/consolidated.h"
 #include "write/output.h"
-#include "pickle/pickler.h"
 #include "write/torch_save.h"
 
 namespace dcpctl {
