@@ -21,6 +21,7 @@
 #include "util/error.h"
 #include "util/numeric.h"
 #include "util/size.h"
+#include "view/model.h"
 #include "write/consolidate.h"
 #include "write/execute.h"
 #include "write/output.h"
@@ -111,7 +112,8 @@ void take_output_options(const ConsolidateCliOptions& o, ConsolidateOptions& co)
       throw UsageError(Where(o.output),
                        "--lora adapter writes a PEFT adapter folder (adapter_model.safetensors, adapter_config.json): "
                        "--format, --max-shard-size, --assets and --map do not apply");
-    co.format = &formats::peft_adapter;
+    co.format = formats::by_name("peft-adapter");
+    if (!co.format) throw UnsupportedError(Where(o.output), lora_module_left_out());
   } else {
     co.format = pick_format(o);
   }

@@ -12,6 +12,9 @@
 #ifdef DCPCTL_WITH_TORCH_CHECKPOINTING
 #include "torch_checkpointing/register.h"
 #endif
+#ifdef DCPCTL_WITH_LORA
+#include "lora/register.h"
+#endif
 
 namespace dcpctl::cli {
 
@@ -24,6 +27,9 @@ void register_modules() {
 #endif
 #ifdef DCPCTL_WITH_TORCH_CHECKPOINTING
   register_torch_checkpointing();
+#endif
+#ifdef DCPCTL_WITH_LORA
+  register_lora();
 #endif
 }
 

@@ -37,7 +37,7 @@ PY=$VENV/bin/python
 DEMO_PACKAGES=(cmake g++ make pkg-config libcli11-dev nlohmann-json3-dev libzstd-dev zlib1g-dev libssl-dev ccache)
 MODULE_PACKAGES=(libsentencepiece-dev libutf8proc-dev libonig-dev libcurl4-openssl-dev libexpat1-dev)
 # The modules' options (src/CMakeLists.txt, "the modules"): on for every tree but a fresh demo's.
-MODULES=(GGUF OBJSTORE TORCH_CHECKPOINTING)
+MODULES=(GGUF OBJSTORE TORCH_CHECKPOINTING LORA)
 VENV_PACKAGES=(python3 python3-venv)
 # chromium + chromium-driver: report --html opened in a real browser (tests/browser/report_page_test.py;
 # 26 packages, 131 MB downloaded, 348 MB installed, ~20 s to install on the 2-core VM).

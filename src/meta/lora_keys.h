@@ -24,7 +24,7 @@
 //
 // find_lora reads that structure from the tensor keys alone (no config needed); check_lora says
 // what of it cannot be right (an adapter whose rank or shape disagrees with its pair or its base
-// layer: accelerate #4206 saved one rank's slice of each adapter); the LoRA view (view/lora/lora.h)
+// layer: accelerate #4206 saved one rank's slice of each adapter); the LoRA view (lora/lora.h)
 // turns it into what a writer writes (--lora adapter, merge).
 #pragma once
 
@@ -111,7 +111,7 @@ LoraModel find_lora(const Metadata& md);
 // features are not its base layer's, a magnitude vector that is not [out].
 Findings check_lora(const Metadata& md, const LoraModel& lora);
 
-// PEFT's names, shared with the LoRA view (view/lora/lora.h).
+// PEFT's names, shared with the LoRA view (lora/lora.h).
 inline constexpr std::string_view kPeftPrefix = "base_model.model.";
 // Where PEFT's `base_model.model.` starts in `key` (at a segment boundary), or npos.
 size_t peft_prefix_at(std::string_view key);

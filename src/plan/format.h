@@ -26,7 +26,7 @@
 //   dcp             dcp_checkpoint.cpp    a DCP checkpoint: one file per target rank, .metadata last
 //   megatron        megatron.cpp          megatron-core's torch_dist: a DCP checkpoint, metadata.json,
 //                                         the common state and the layers' extra states
-//   peft-adapter    peft_adapter.cpp      a PEFT adapter folder (--lora adapter)
+//   peft-adapter    lora/peft_adapter.cpp a PEFT adapter folder (--lora adapter; the LoRA module's)
 //   gguf            gguf/format.cpp       llama.cpp's GGUF file (-o model.gguf; docs/gguf.md), the GGUF module's row
 #pragma once
 
@@ -114,12 +114,14 @@ struct Format {
 
 // The rows (formats.cpp).
 namespace formats {
-extern const Format safetensors, hf_folder, torch_file, dcp, megatron, peft_adapter;
+extern const Format safetensors, hf_folder, torch_file, dcp, megatron;
 // Every row, in the order --help lists them: the built-in rows, then the modules' in the order
 // they were added.
 const std::vector<const Format*>& all();
 // Adds a module's row (once: a row added again is ignored). Before the command line is built.
 void add(const Format* row);
+// The row named `name` (Format::name); nullptr if none (a module's left out of this build).
+const Format* by_name(std::string_view name);
 // The consolidate format --format WORD names; nullptr if none.
 const Format* by_flag(std::string_view word);
 // "safetensors, hf or torch": the words --format takes.

@@ -31,7 +31,7 @@ void e8m0_to_float(const uint8_t* e8m0, size_t n, float* out);
 void dequantize_mxfp4(const uint8_t* packed, const Box& box, const uint8_t* scales,
                       const std::vector<int64_t>& scale_shape, float* out);
 
-// A LoRA merge (view/lora/lora.h) of box `box` of a base weight: `w`, the box's base values as float32,
+// A LoRA merge (lora/lora.h) of box `box` of a base weight: `w`, the box's base values as float32,
 // gets scale·(B·A) added (with `transposed`, (B·A)ᵀ: an Embedding's or fan_in_fan_out's), as PEFT's
 // merge_and_unload computes it: B·A in float32, each element a fused multiply-add over k = 0..r-1
 // from 0 (what torch's CPU sgemm does for these shapes, measured bit for bit on the fixtures'

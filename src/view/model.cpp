@@ -1,5 +1,7 @@
 #include "view/model.h"
 
+#include <atomic>
+
 #include "item/item_reader.h"
 #include "util/dtype.h"
 #include "util/error.h"
@@ -7,7 +9,6 @@
 #include "view/codecs/quantize.h"
 #include "view/codecs/quantized.h"
 #include "view/codecs/unexplained.h"
-#include "view/lora/lora.h"
 #include "view/maps/map_view.h"
 
 namespace dcpctl {
@@ -59,6 +60,21 @@ void check_zero_drops(const Checkpoint& in, const MappedModel& mm) {
 
 }  // namespace
 
+namespace {
+
+std::atomic<LoraViewMaker> g_lora_view{nullptr};
+
+}  // namespace
+
+void install_lora_view(LoraViewMaker make) {
+  g_lora_view.store(make, std::memory_order_release);
+}
+
+std::string lora_module_left_out() {
+  return "--lora adapter and --lora merge are the LoRA module's (src/lora/), which this build of dcpctl left out: "
+         "configure it with -DDCPCTL_WITH_LORA=ON";
+}
+
 Model build_model(const Checkpoint& ck, const ModelRequest& rq) {
   Model m;
   m.saved_ = &ck;
@@ -67,6 +83,8 @@ Model build_model(const Checkpoint& ck, const ModelRequest& rq) {
   const ModelConfig& config = *m.config_;
   if (std::optional<Checkpoint> view = dequantized_view(ck, rq.cast, config)) m.own_ = std::move(view);
   if (rq.lora.mode != LoraMode::Keep) {
+    const LoraViewMaker lora_view = g_lora_view.load(std::memory_order_acquire);
+    if (!lora_view) throw UnsupportedError(Where(ck.dir), lora_module_left_out());
     // The view is what is written, the selection already applied.
     m.own_ = lora_view(m.checkpoint(), m.selection_, rq.lora, config);
     m.selection_ = {};

@@ -2,7 +2,8 @@
 //
 //   saved        what `.metadata` or the safetensors headers say (meta/checkpoint.h)
 //   dequantize   --dtype over fp8 / MXFP4 weights: float32 weights, the scales gone (view/codecs/dequantize.h)
-//   lora         --lora adapter | merge: the adapter alone, or the merged weights (view/lora/lora.h)
+//   lora         --lora adapter | merge: the adapter alone, or the merged weights (the LoRA module's
+//                view, lora/lora.h, installed by lora/register.h)
 //   map          --map: the key map's tensors, parts of the tensors above (view/maps/keymap.h), as a
 //                table (view/maps/map_view.h); written, each is planned from its parts (plan/plan.h)
 //   quantize     --quantize fp8-block | mxfp4: weights as FP8 blocks / MXFP4 and their scales (view/codecs/quantize.h)
@@ -78,8 +79,17 @@ class Model {
 };
 
 // The views `rq` asks for over `ck` (which must outlive the model), in the order above. Throws what
-// each view refuses (view/codecs/dequantize.h, view/lora/lora.h, view/maps/keymap.h's apply_key_map), and
-// UnsupportedError (exit 5) for --map over MXFP4 weights no --dtype dequantized.
+// each view refuses (view/codecs/dequantize.h, lora/lora.h, view/maps/keymap.h's apply_key_map), and
+// UnsupportedError (exit 5) for --map over MXFP4 weights no --dtype dequantized, and for --lora
+// adapter | merge in a build without the LoRA module (lora_module_left_out()).
 Model build_model(const Checkpoint& ck, const ModelRequest& rq);
+
+// The LoRA view (--lora adapter | merge) is the LoRA module's (src/lora/): lora/register.h installs
+// its maker here (lora/lora.h's lora_view).
+using LoraViewMaker = Checkpoint (*)(const Checkpoint& ck, const Selection& selection, const LoraRequest& rq,
+                                     const ModelConfig& model);
+void install_lora_view(LoraViewMaker make);
+// What a build without the LoRA module says of --lora adapter | merge (exit 5).
+std::string lora_module_left_out();
 
 }  // namespace dcpctl

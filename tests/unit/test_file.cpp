@@ -1,8 +1,7 @@
 // util/file's reads past the page cache (ReadFile::read_direct): the bytes it returns are the
 // bytes read_at returns, for every alignment of offset and length, up to the end of the file, on
 // a filesystem that takes O_DIRECT (the build tree's) and on one that refuses it (tmpfs), and
-// from several threads opening the O_DIRECT descriptor at once. And the storage layer's table of
-// schemes (store/store.h) as a build without the object-store module sees it.
+// from several threads opening the O_DIRECT descriptor at once.
 #include <catch2/catch.hpp>
 
 #include <fcntl.h>
@@ -11,14 +10,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
-#include <optional>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "store/file.h"
-#include "store/store.h"
 #include "temp_file.h"
 #include "util/error.h"
 
@@ -145,54 +142,4 @@ TEST_CASE("file: cached() is true only when every page of the range is in the pa
   drop(0, size);
   CHECK_FALSE(rf.cached(0, size));
   CHECK_FALSE(rf.cached(5 * 1024 * 1024, 4096));
-}
-
-namespace {
-
-// An object store that answers nothing: what the table of schemes hands out is the point.
-class SilentStore final : public store::ObjectStore {
- public:
-  std::optional<uint64_t> size_of(const store::Location&) override { return std::nullopt; }
-  void get_range(const store::Location&, uint64_t, uint64_t, void*) override {}
-  store::Listing list_objects(const store::Location&, bool) override { return {}; }
-  bool any_object(const store::Location&) override { return false; }
-  void put(const store::Location&, const void*, size_t) override {}
-  std::string start_upload(const store::Location&) override { return ""; }
-  std::string upload_part(const store::Location&, const std::string&, int, const void*, size_t) override { return ""; }
-  void complete_upload(const store::Location&, const std::string&, const std::vector<std::string>&) override {}
-  void abort_upload(const store::Location&, const std::string&) override {}
-  std::vector<std::pair<store::Location, std::string>> open_uploads(const store::Location&) override { return {}; }
-  void remove(const store::Location&) override {}
-  const char* report_name() const override { return "silent"; }
-  nlohmann::json report() const override { return nlohmann::json::object(); }
-  uint64_t requests_made() const override { return 0; }
-};
-
-store::ObjectStore& silent_store() {
-  static SilentStore s;
-  return s;
-}
-
-}  // namespace
-
-// This process (one per test file) never registers the object-store module (src/objstore/), as
-// a build without it never does: its schemes are refused by name, then served by what is installed.
-TEST_CASE("store: an s3:// or gs:// path without the object-store module is exit 5 naming it; installed, its store") {
-  for (const char* url : {"s3://bucket/ckpt/.metadata", "gs://bucket/ckpt/.metadata"}) {
-    try {
-      store::for_path(url);
-      FAIL("no UnsupportedError for " << url);
-    } catch (const UnsupportedError& e) {
-      CHECK(exit_code_of(e) == ExitCode::unsupported);
-      CHECK_THAT(e.what(), Catch::Contains(url) && Catch::Contains("src/objstore/") &&
-                               Catch::Contains("-DDCPCTL_WITH_OBJSTORE=ON"));
-    }
-  }
-  CHECK(store::in_use().empty());
-  store::install_object_store("gs", silent_store);
-  CHECK(&store::for_path("gs://bucket/ckpt") == &silent_store());
-  CHECK(&store::of_url("gs://other/x") == &silent_store());
-  CHECK_THROWS_AS(store::for_path("s3://bucket/ckpt"), UnsupportedError);  // s3 still has none
-  CHECK_THROWS_AS(store::install_object_store("ftp", silent_store), UsageError);
-  CHECK(store::in_use().empty());  // made, but no request yet
 }

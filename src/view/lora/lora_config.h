@@ -1,4 +1,4 @@
-// The adapter's adapter_config.json and the options of --lora, for the LoRA view (view/lora/lora.h);
+// The adapter's adapter_config.json and the options of --lora, for the LoRA view (lora/lora.h);
 // the adapters themselves, recognised from the keys, are meta/lora_keys.h.
 #pragma once
 

@@ -8,7 +8,7 @@ namespace dcpctl::formats {
 namespace {
 
 std::vector<const Format*>& rows() {
-  static std::vector<const Format*> table{&safetensors, &hf_folder, &torch_file, &dcp, &megatron, &peft_adapter};
+  static std::vector<const Format*> table{&safetensors, &hf_folder, &torch_file, &dcp, &megatron};
   return table;
 }
 
@@ -21,6 +21,12 @@ const std::vector<const Format*>& all() {
 void add(const Format* row) {
   std::vector<const Format*>& table = rows();
   if (std::find(table.begin(), table.end(), row) == table.end()) table.push_back(row);
+}
+
+const Format* by_name(std::string_view name) {
+  for (const Format* f : all())
+    if (f->name == name) return f;
+  return nullptr;
 }
 
 const Format* by_flag(std::string_view word) {

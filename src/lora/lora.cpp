@@ -1,4 +1,4 @@
-#include "view/lora/lora.h"
+#include "lora/lora.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,12 +8,12 @@
 #include <set>
 #include <unordered_map>
 
+#include "lora/lora_experts.h"
 #include "meta/derived.h"
 #include "meta/pieces.h"
 #include "util/error.h"
 #include "util/numeric.h"
 #include "view/kernels.h"
-#include "view/lora/lora_experts.h"
 #include "view/lora/lora_torchtune.h"
 
 namespace dcpctl {

@@ -1,4 +1,4 @@
-#include "view/lora/lora_experts.h"
+#include "lora/lora_experts.h"
 
 #include <algorithm>
 #include <cstring>

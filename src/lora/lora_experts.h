@@ -1,6 +1,6 @@
 // MoE experts adapted by PEFT's target_parameters (meta/lora_keys.h: one ParamWrapper on a fused
 // [E, out, in] stack, lora_A [r·E, in], lora_B [out, r·E]) written one expert at a time
-// (--lora-layout per-expert), for the LoRA view (view/lora/lora.h):
+// (--lora-layout per-expert), for the LoRA view (lora/lora.h):
 //   the adapter as vLLM loads MoE LoRA (vllm/lora/model_manager.py, its 2-D layout): per expert E,
 //     M.E.gate_proj.lora_A.weight [r, D] and .lora_B.weight [F, r], up_proj the same A with B's
 //     rows F … 2F−1 (gate_up_proj's halves: gate first, then up), down_proj A_e and B_e; every

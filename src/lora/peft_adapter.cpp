@@ -3,6 +3,8 @@
 // (meta/lora_keys.h: the view gives them), `__metadata__ {"format": "pt"}` as PEFT writes it, and
 // adapter_config.json beside it (the view's: the given or found config, completed from the
 // shapes), written after the weights, before the folder is committed.
+#include "lora/peft_adapter.h"
+
 #include "write/formats/safetensors_file.h"
 
 namespace dcpctl {
@@ -32,7 +34,7 @@ class PeftAdapter final : public SafetensorsFiles {
   void finish_folder(WriteJob& job) override { write_text(kConfigFile, adapter_config(job)->dump(2) + "\n"); }
 
  private:
-  // What the LoRA view (view/lora/lora.h) left for this writer; null without --lora adapter.
+  // What the LoRA view (lora/lora.h) left for this writer; null without --lora adapter.
   static const json* adapter_config(const WriteJob& job) {
     const Checkpoint& ck = job.request.ck;
     if (!ck.derived || !ck.derived->output.adapter_config) return nullptr;
@@ -42,7 +44,7 @@ class PeftAdapter final : public SafetensorsFiles {
 
 }  // namespace
 
-const Format formats::peft_adapter = [] {
+const Format peft_adapter_format = [] {
   Format f;
   f.name = "peft-adapter";
   // Not a --format word: --lora adapter chooses it (it needs the view the adapter is read through).
