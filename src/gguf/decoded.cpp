@@ -56,7 +56,13 @@ Checkpoint decoded_view(const Checkpoint& ck) {
     t.dtype = DType::Float32;
     t.dtype_name = "float32";
   }
-  table->views["dequantized"] = {{"gguf", decoded}, {"types", types}};
+  // The dequantize view's keys (view/codecs/dequantize.h), none of its codecs' weights, and these.
+  nlohmann::json said = {
+      {"weights", 0}, {"block", nullptr}, {"config", nullptr}, {"ignored_scales", nlohmann::json::array()}};
+  for (const char* codec : {"mxfp4", "deepseek_v4", "compressed_tensors", "modelopt"}) said[codec] = 0;
+  said["gguf"] = decoded;
+  said["types"] = types;
+  table->views["dequantized"] = said;
   table->output.dequantized = decoded > 0;
   view.derived = std::move(table);
   return view;

@@ -16,7 +16,8 @@
 namespace dcpctl::gguf {
 
 // `ck` (a checkpoint of layout gguf) with its decodable block tensors as float32; its table's view
-// "dequantized" says {"gguf": n, "types": {type: tensors}}.
+// "dequantized" says what the dequantize view's does (no float8 or MXFP4 weights) and {"gguf": n,
+// "types": {type: tensors}}.
 Checkpoint decoded_view(const Checkpoint& ck);
 
 }  // namespace dcpctl::gguf

@@ -70,7 +70,7 @@ TYPES = {
 PLAIN = {0: "float32", 1: "float16", 30: "bfloat16"}
 HIDDEN = 128
 # Checks each type always makes (the floor: fewer means a case was dropped; docs/testing.md).
-CHECKS_PER_TYPE = 12
+CHECKS_PER_TYPE = 13
 
 TALLY = Tally()
 check = TALLY.check
@@ -192,7 +192,12 @@ def check_type(dcpctl: str, lib, kind: str, hf: Path, f32: Path, tmp: Path, lc) 
     check_diff(dcpctl, kind, hf, q, None)
 
     out = tmp / "out" / f"{kind}.safetensors"
-    if expect(run(dcpctl, "consolidate", q, "--dtype", "float32", "-o", out, "-q"), 0, f"{kind}: consolidate --dtype float32"):
+    r = run(dcpctl, "consolidate", q, "--dtype", "float32", "-o", out, "--json")
+    if expect(r, 0, f"{kind}: consolidate --dtype float32"):
+        said = json.loads(r.stdout).get("dequantized", {})
+        check(said.get("gguf") == len(typed) and said.get("types") == {spec["name"]: len(typed)},
+              f"{kind}: consolidate --json says {said.get('gguf')} GGUF block tensors {said.get('types')}, "
+              f"the file has {len(typed)} {spec['name']}")
         st = load_file(str(out))
         bad = []
         for n, (ty, shape, raw, _off) in ts.items():
