@@ -296,8 +296,17 @@ class ScaleChecker {
 
   void check_compressed_tensors(const std::string& k, const HfTensor& w, const std::string& module) {
     const int64_t N = w.shape[0];
-    const bool nv = has("nvfp4-pack-quantized"), mx4 = has("mxfp4-pack-quantized");
-    if (key_ends(k, ".weight_packed") && w.dtype == "uint8" && nv != mx4) {
+    const bool nv = has("nvfp4-pack-quantized"), mx4 = has("mxfp4-pack-quantized"), mx6 = has("mxfp6-pack-quantized");
+    if (key_ends(k, ".weight_packed") && w.dtype == "uint8" && mx6 && !nv && !mx4) {
+      // four E2M3 codes in three bytes: [N, 3 K / 4]
+      if (w.shape[1] % 3)
+        problem_("quant-scale-shape", k,
+                 "uint8 " + dims(w.shape) +
+                     " is not a compressed-tensors MXFP6 weight_packed: four E2M3 codes in three bytes, its columns a "
+                     "multiple of 3");
+      else
+        expect(k, module + ".weight_scale", "uint8", {N, w.shape[1] / 3 * 4 / 32}, "compressed-tensors MXFP6");
+    } else if (key_ends(k, ".weight_packed") && w.dtype == "uint8" && nv != mx4 && !mx6) {
       const int64_t K = w.shape[1] * 2;
       if (nv) {
         expect(k, module + ".weight_scale", "float8_e4m3fn", {N, K / 16}, "compressed-tensors NVFP4");
