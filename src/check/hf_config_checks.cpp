@@ -281,6 +281,12 @@ class ScaleChecker {
                      ".input_scale): quant_algo NVFP4 quantizes the activations with it (W4A16_NVFP4 needs none)");
     } else if (has("MXFP8") && w.dtype == "float8_e4m3fn") {
       expect(k, module + ".weight_scale", "uint8", {N, w.shape[1] / 32}, "ModelOpt MXFP8");
+    } else if ((has("fp8_pb_wo") || has("FP8_PB_WO")) && w.dtype == "float8_e4m3fn") {
+      // one float32 a 128x128 block: [rb, 1, cb, 1] as the export writes it, or [rb, cb]
+      const int64_t rb = (N + 127) / 128, cb = (w.shape[1] + 127) / 128;
+      const HfTensor* s = at(module + ".weight_scale");
+      if (!(s && s->dtype == "float32" && s->shape == std::vector<int64_t>{rb, cb}))
+        expect(k, module + ".weight_scale", "float32", {rb, 1, cb, 1}, "ModelOpt FP8_PB_WO");
     } else if (has("FP8") && w.dtype == "float8_e4m3fn") {
       const HfTensor& s = *at(module + ".weight_scale");
       if (!scalar(s))
