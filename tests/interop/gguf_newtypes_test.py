@@ -28,6 +28,10 @@ oracle of the decoded values is ggml's own dequantize_row_nvfp4 / _q1_0 / _q2_0 
   consolidate --dtype exit 3), and a tensor's row length made a non-multiple of the type's block
   (exit 3 naming the tensor, the type and the block).
 
+And the older block types --dtype decodes (Q4_0, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K), each a tensor
+ggml's own quantizer wrote (ggml_quantize_chunk) into a file of gguf-py's GGUFWriter: consolidate
+--dtype float32 equals ggml's dequantize_row_* and gguf-py's quants.dequantize, bit for bit.
+
 Exit status: 0 pass, 1 failure, 77 skip (llama-cpp-python not built by tools/dev.sh setup, or the
 virtualenv lacks torch/transformers/gguf; a failure instead under CI, tests/skip.py).
 """
@@ -218,6 +222,53 @@ def check_type(dcpctl: str, lib, kind: str, hf: Path, f32: Path, tmp: Path, lc) 
     check_damaged(dcpctl, kind, hf, q, ts, tmp)
 
 
+# The older block types --dtype decodes with the same decoders diff uses: each quantized by ggml's
+# own quantizer (ggml_quantize_chunk, no importance matrix), as ggml type id: its dequantize_row_*.
+OLDER = {"Q4_0": (2, "q4_0"), "Q5_0": (6, "q5_0"), "Q5_1": (7, "q5_1"), "Q8_0": (8, "q8_0"),
+         "Q4_K": (12, "q4_K"), "Q5_K": (13, "q5_K"), "Q6_K": (14, "q6_K")}
+
+
+def check_older_types(dcpctl: str, lib, tmp: Path) -> None:
+    """A file gguf-py's GGUFWriter wrote of one [8, 512] tensor a type of OLDER (rows of normal values
+    at several scales, a row of zeros), each quantized by ggml: consolidate --dtype float32 equals
+    ggml's dequantize_row_* of its bytes, and gguf-py's quants.dequantize, bit for bit."""
+    rng = np.random.default_rng(79)
+    x = (rng.standard_normal((8, 512)) * np.exp2(rng.integers(-6, 4, (8, 1)))).astype(np.float32)
+    x[3] = 0
+    path = tmp / "gguf" / "older.gguf"
+    w = gguf.GGUFWriter(str(path), "older")
+    raws = {}
+    for name, (ty, _fn) in OLDER.items():
+        block, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(ty)]
+        dst = np.empty((8, 512 // block * size), np.uint8)
+        n = lib.ggml_quantize_chunk(ty, x.ctypes.data, dst.ctypes.data, 0, 8, 512, None)
+        assert n == dst.nbytes, (name, n, dst.nbytes)
+        w.add_tensor(f"t.{name}", dst, raw_dtype=gguf.GGMLQuantizationType(ty))
+        raws[name] = dst
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    out = tmp / "out" / "older.safetensors"
+    if not expect(run(dcpctl, "consolidate", path, "--dtype", "float32", "-o", out, "-q"), 0,
+                  "consolidate --dtype float32 of Q4_0, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K"):
+        return
+    st = load_file(str(out))
+    bad = []
+    for name, (ty, fn) in OLDER.items():
+        f = getattr(lib, f"dequantize_row_{fn}")
+        f.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
+        ref = np.empty(8 * 512, np.float32)
+        f(raws[name].ctypes.data, ref.ctypes.data, 8 * 512)
+        py = gguf.quants.dequantize(raws[name], gguf.GGMLQuantizationType(ty)).astype(np.float32)
+        a = st.get(f"t.{name}")
+        if a is None or a.dtype != np.float32 or a.tobytes() != ref.tobytes():
+            bad.append(f"{name} (ggml)")
+        elif py.tobytes() != a.tobytes():
+            bad.append(f"{name} (gguf-py)")
+    check(not bad, f"the older block types decoded equal ggml's and gguf-py's dequantization: differ {bad}")
+
+
 def check_diff(dcpctl: str, kind: str, hf: Path, file: Path, changed_one) -> None:
     r = run(dcpctl, "diff", hf, file, "--json")
     try:
@@ -300,9 +351,12 @@ def main(argv: list[str]) -> int:
                 t1 = time.monotonic()
                 check_type(dcpctl, lib, kind, hf, f32, tmp, lc)
                 print(f"{kind}: {time.monotonic() - t1:.1f} s")
+        t1 = time.monotonic()
+        check_older_types(dcpctl, lib, tmp)
+        print(f"older types: {time.monotonic() - t1:.1f} s")
         shutil.rmtree(hf)
         print(f"gguf-newtypes: {time.monotonic() - t0:.1f} s")
-    return TALLY.summary("gguf-newtypes", min_checks=1 + CHECKS_PER_TYPE * len(kinds))
+    return TALLY.summary("gguf-newtypes", min_checks=3 + CHECKS_PER_TYPE * len(kinds))
 
 
 if __name__ == "__main__":
