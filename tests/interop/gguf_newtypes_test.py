@@ -20,10 +20,11 @@ oracle of the decoded values is ggml's own dequantize_row_nvfp4 / _q1_0 / _q2_0 
   type id) with its shape and ggml's name of its type (float32 for the norms);
 - verify exits 0;
 - diff HF FILE exits 0, every tensor within its type's bound (gguf/bound.h) of transformers' weights;
-  a copy with one block scale of blk.0.attn_q.weight doubled exits 1 naming exactly that tensor;
+  a copy with one block scale of blk.0.attn_q.weight doubled exits 1 naming exactly that tensor, and
+  so does diff FILE COPY (two GGUFs: their decoded values);
 - consolidate FILE --dtype float32 -o .safetensors: every tensor equal, bit for bit, to ggml's
   dequantization of its bytes (and to gguf-py's, for NVFP4); without --dtype exit 5 naming a tensor
-  and --dtype;
+  and --dtype; stats FILE --json: each tensor's min, max and zero count those of the decoded values;
 - damaged copies: the file cut inside its last tensor's blocks (verify exit 3, gguf-truncated, and
   consolidate --dtype exit 3), and a tensor's row length made a non-multiple of the type's block
   (exit 3 naming the tensor, the type and the block).
@@ -74,7 +75,7 @@ TYPES = {
 PLAIN = {0: "float32", 1: "float16", 30: "bfloat16"}
 HIDDEN = 128
 # Checks each type always makes (the floor: fewer means a case was dropped; docs/testing.md).
-CHECKS_PER_TYPE = 13
+CHECKS_PER_TYPE = 15
 
 TALLY = Tally()
 check = TALLY.check
@@ -217,6 +218,12 @@ def check_type(dcpctl: str, lib, kind: str, hf: Path, f32: Path, tmp: Path, lc) 
         check(not bad and sorted(st) == sorted(ts),
               f"{kind}: consolidated values are ggml's dequantization of llama.cpp's bytes: differ {bad[:6]}, "
               f"keys {len(st)} of {len(ts)}")
+        # stats reads the decoded values too: each tensor's min, max and zeros are ggml's decode's.
+        r = run(dcpctl, "stats", q, "--json")
+        got = {t["key"]: t for t in json.loads(r.stdout).get("tensors", [])} if r.returncode == 0 else {}
+        off = [n for n, a in st.items() if n not in got or (got[n]["min"], got[n]["max"], got[n]["zeros"]) !=
+               (float(a.min()), float(a.max()), int((a == 0).sum()))]
+        check(r.returncode == 0 and not off, f"{kind}: stats of the file: exit {r.returncode}, differ {off[:4]}")
     expect(run(dcpctl, "consolidate", q, "-o", tmp / "out" / f"{kind}-raw.safetensors"), 5, f"{kind}: consolidate without --dtype",
            spec["name"], "--dtype")
     check_damaged(dcpctl, kind, hf, q, ts, tmp)
@@ -302,6 +309,12 @@ def check_damaged(dcpctl: str, kind: str, hf: Path, q: Path, ts: dict, tmp: Path
     scaled = tmp / "gguf" / f"{kind}-scaled.gguf"
     scaled.write_bytes(bytes(b))
     check_diff(dcpctl, kind, hf, scaled, "blk.0.attn_q.weight")
+    # Two GGUFs: compared as the values their blocks decode to.
+    r = run(dcpctl, "diff", q, scaled, "--json")
+    changed = sorted(k["key"] for k in json.loads(r.stdout)["keys"] if k["status"] != "identical") if r.stdout else None
+    check(r.returncode == 1 and changed == ["blk.0.attn_q.weight"],
+          f"{kind}: diff of the file and its copy with a block scale doubled: exit {r.returncode}, changed {changed} "
+          f"{r.stderr[-300:]}")
     # Cut inside the last tensor's blocks.
     last = max(ts, key=lambda n: ts[n][3])
     cut = tmp / "gguf" / f"{kind}-cut.gguf"
