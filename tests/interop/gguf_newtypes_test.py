@@ -42,7 +42,6 @@ import ctypes
 import json
 import shutil
 import struct
-import subprocess
 import sys
 import tempfile
 import time
@@ -53,7 +52,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE.parent.parent / "tools"))
 from skip import skip_or_fail  # noqa: E402
-from tally import Tally  # noqa: E402
+from testlib import check, expect_rc, run, summary  # noqa: E402
 
 try:
     import numpy as np
@@ -76,21 +75,6 @@ PLAIN = {0: "float32", 1: "float16", 30: "bfloat16"}
 HIDDEN = 128
 # Checks each type always makes (the floor: fewer means a case was dropped; docs/testing.md).
 CHECKS_PER_TYPE = 15
-
-TALLY = Tally()
-check = TALLY.check
-
-
-def run(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([str(a) for a in args], capture_output=True, text=True)
-
-
-def expect(r: subprocess.CompletedProcess, code: int, label: str, *needles: str) -> bool:
-    text = r.stdout + r.stderr
-    missing = [n for n in needles if n not in text]
-    return check(r.returncode == code and not missing,
-                 f"{label}: exit {r.returncode} (wanted {code}), missing {missing}: {text[-800:]}")
-
 
 def tiny_llama(out: Path) -> None:
     """A tiny llama saved by transformers (gguf_llama_test.py's save_model) with Llama 2's tokenizer."""
@@ -193,12 +177,12 @@ def check_type(dcpctl: str, lib, kind: str, hf: Path, f32: Path, tmp: Path, lc) 
     check(r.returncode == 0 and got == want,
           f"{kind}: inspect --json: exit {r.returncode}, differs at {[n for n in want if got.get(n) != want[n]][:4]} "
           f"{r.stderr[-300:]}")
-    expect(run(dcpctl, "verify", q), 0, f"{kind}: verify of llama.cpp's file")
+    expect_rc(run(dcpctl, "verify", q), 0, f"{kind}: verify of llama.cpp's file")
     check_diff(dcpctl, kind, hf, q, None)
 
     out = tmp / "out" / f"{kind}.safetensors"
     r = run(dcpctl, "consolidate", q, "--dtype", "float32", "-o", out, "--json")
-    if expect(r, 0, f"{kind}: consolidate --dtype float32"):
+    if expect_rc(r, 0, f"{kind}: consolidate --dtype float32"):
         said = json.loads(r.stdout).get("dequantized", {})
         check(said.get("gguf") == len(typed) and said.get("types") == {spec["name"]: len(typed)},
               f"{kind}: consolidate --json says {said.get('gguf')} GGUF block tensors {said.get('types')}, "
@@ -224,7 +208,7 @@ def check_type(dcpctl: str, lib, kind: str, hf: Path, f32: Path, tmp: Path, lc) 
         off = [n for n, a in st.items() if n not in got or (got[n]["min"], got[n]["max"], got[n]["zeros"]) !=
                (float(a.min()), float(a.max()), int((a == 0).sum()))]
         check(r.returncode == 0 and not off, f"{kind}: stats of the file: exit {r.returncode}, differ {off[:4]}")
-    expect(run(dcpctl, "consolidate", q, "-o", tmp / "out" / f"{kind}-raw.safetensors"), 5, f"{kind}: consolidate without --dtype",
+    expect_rc(run(dcpctl, "consolidate", q, "-o", tmp / "out" / f"{kind}-raw.safetensors"), 5, f"{kind}: consolidate without --dtype",
            spec["name"], "--dtype")
     check_damaged(dcpctl, kind, hf, q, ts, tmp)
 
@@ -257,7 +241,7 @@ def check_older_types(dcpctl: str, lib, tmp: Path) -> None:
     w.write_tensors_to_file()
     w.close()
     out = tmp / "out" / "older.safetensors"
-    if not expect(run(dcpctl, "consolidate", path, "--dtype", "float32", "-o", out, "-q"), 0,
+    if not expect_rc(run(dcpctl, "consolidate", path, "--dtype", "float32", "-o", out, "-q"), 0,
                   "consolidate --dtype float32 of Q4_0, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K"):
         return
     st = load_file(str(out))
@@ -319,8 +303,8 @@ def check_damaged(dcpctl: str, kind: str, hf: Path, q: Path, ts: dict, tmp: Path
     last = max(ts, key=lambda n: ts[n][3])
     cut = tmp / "gguf" / f"{kind}-cut.gguf"
     cut.write_bytes(data[:ts[last][3] + len(ts[last][2]) // 2])
-    expect(run(dcpctl, "verify", cut), 3, f"{kind}: verify of a cut file", "gguf-truncated")
-    expect(run(dcpctl, "consolidate", cut, "--dtype", "float32", "-o", tmp / "out" / f"{kind}-cut.safetensors"), 3,
+    expect_rc(run(dcpctl, "verify", cut), 3, f"{kind}: verify of a cut file", "gguf-truncated")
+    expect_rc(run(dcpctl, "consolidate", cut, "--dtype", "float32", "-o", tmp / "out" / f"{kind}-cut.safetensors"), 3,
            f"{kind}: consolidate --dtype of a cut file")
     # blk.0.attn_q.weight's rows made a block and a half long (ne[0] in its info: after the name's
     # length and bytes, n_dims).
@@ -331,7 +315,7 @@ def check_damaged(dcpctl: str, kind: str, hf: Path, q: Path, ts: dict, tmp: Path
     struct.pack_into("<Q", shaped, ne0, spec["block"] * 3 // 2)
     wrong = tmp / "gguf" / f"{kind}-shape.gguf"
     wrong.write_bytes(bytes(shaped))
-    expect(run(dcpctl, "verify", wrong), 3, f"{kind}: rows not whole blocks", "blk.0.attn_q.weight", spec["name"],
+    expect_rc(run(dcpctl, "verify", wrong), 3, f"{kind}: rows not whole blocks", "blk.0.attn_q.weight", spec["name"],
            f"whole blocks of {spec['block']}")
 
 
@@ -369,7 +353,7 @@ def main(argv: list[str]) -> int:
         print(f"older types: {time.monotonic() - t1:.1f} s")
         shutil.rmtree(hf)
         print(f"gguf-newtypes: {time.monotonic() - t0:.1f} s")
-    return TALLY.summary("gguf-newtypes", min_checks=3 + CHECKS_PER_TYPE * len(kinds))
+    return summary("gguf-newtypes", min_checks=3 + CHECKS_PER_TYPE * len(kinds))
 
 
 if __name__ == "__main__":
