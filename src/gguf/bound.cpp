@@ -4,6 +4,7 @@
 #include <cstring>
 #include <limits>
 
+#include "gguf/types.h"
 #include "util/numeric.h"
 
 namespace dcpctl::gguf {
@@ -286,23 +287,10 @@ void decode_block(uint32_t type, const uint8_t* p, float* y, double* step = null
   }
 }
 
+// The type table's (gguf/types.h): one place for each type's block and name.
 uint64_t block_bytes(uint32_t type) {
-  switch (type) {
-    case F32: return 4;
-    case F16:
-    case BF16: return 2;
-    case Q8_0: return 34;
-    case Q4_0: return 18;
-    case Q5_0: return 22;
-    case Q5_1: return 24;
-    case Q4_K: return 144;
-    case Q5_K: return 176;
-    case Q6_K: return 210;
-    case NVFP4: return 36;
-    case Q1_0:
-    case Q2_0: return 18;
-  }
-  return 0;
+  const GgmlType* t = ggml_type(type);
+  return t ? t->block_bytes : 0;
 }
 
 }  // namespace bound_impl
@@ -319,23 +307,8 @@ std::optional<uint32_t> decoded_type(const std::string& n) {
 }
 
 const char* bound_name(uint32_t type) {
-  using namespace bound_impl;
-  switch (type) {
-    case F32: return "F32";
-    case F16: return "F16";
-    case BF16: return "BF16";
-    case Q8_0: return "Q8_0";
-    case Q4_0: return "Q4_0";
-    case Q5_0: return "Q5_0";
-    case Q5_1: return "Q5_1";
-    case Q4_K: return "Q4_K";
-    case Q5_K: return "Q5_K";
-    case Q6_K: return "Q6_K";
-    case NVFP4: return "NVFP4";
-    case Q1_0: return "Q1_0";
-    case Q2_0: return "Q2_0";
-  }
-  return "?";
+  const GgmlType* t = ggml_type(type);
+  return t ? t->name : "?";
 }
 
 const char* bound_rule(uint32_t type) {
@@ -360,20 +333,8 @@ const char* bound_rule(uint32_t type) {
 }
 
 uint64_t bound_block(uint32_t type) {
-  using namespace bound_impl;
-  switch (type) {
-    case Q8_0:
-    case Q4_0:
-    case Q5_0:
-    case Q5_1: return 32;
-    case NVFP4:
-    case Q2_0: return 64;
-    case Q1_0: return 128;
-    case Q4_K:
-    case Q5_K:
-    case Q6_K: return 256;
-  }
-  return 1;
+  const GgmlType* t = ggml_type(type);
+  return t ? t->block : 1;
 }
 
 uint64_t tensor_bytes_of(uint32_t type, uint64_t n) {
