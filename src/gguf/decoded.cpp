@@ -1,5 +1,6 @@
 #include "gguf/decoded.h"
 
+#include <cstring>
 #include <map>
 #include <memory>
 #include <vector>
@@ -11,7 +12,9 @@ namespace dcpctl::gguf {
 
 namespace {
 
-// One block tensor as float32: its stored bytes (the saved tensor read as uint8) decoded whole.
+// One block tensor as float32: a read decodes the whole blocks that hold the range asked, from the
+// stored bytes (the saved tensor read as uint8) of those blocks alone, so that a writer's windows
+// over a large tensor each cost their own part.
 class BlockTensor final : public DerivedTensor {
  public:
   BlockTensor(std::string path, TensorMeta saved, uint32_t type)
@@ -24,13 +27,18 @@ class BlockTensor final : public DerivedTensor {
   }
   const TensorMeta& follows() const override { return saved_; }
   void read(const TensorReads& below, size_t chunk, uint64_t from, uint64_t n, void* dst) const override {
-    read_part(Where(path_, std::nullopt, saved_.fqn), "chunk " + std::to_string(chunk), saved_.numel() * 4, from, n,
-              dst, [&](uint8_t* out) {
-                std::vector<uint8_t> stored(static_cast<size_t>(raw_.shape[0]));
-                below.read(raw_, 0, 0, stored.size(), stored.data());
-                decode_gguf(type_, stored.data(), saved_.numel(), reinterpret_cast<float*>(out));
-              });
+    n = checked_range(Where(path_, std::nullopt, saved_.fqn), "chunk " + std::to_string(chunk), saved_.numel() * 4,
+                      from, n);
+    if (n == 0) return;
+    const uint64_t block = bound_block(type_), block_bytes = tensor_bytes_of(type_, block);
+    const uint64_t first = from / 4 / block, end = ((from + n + 3) / 4 + block - 1) / block;  // blocks [first, end)
+    std::vector<uint8_t> stored((end - first) * block_bytes);
+    below.read(raw_, 0, first * block_bytes, stored.size(), stored.data());
+    std::vector<float> values((end - first) * block);
+    decode_gguf(type_, stored.data(), values.size(), values.data());
+    std::memcpy(dst, reinterpret_cast<const uint8_t*>(values.data()) + (from - first * block * 4), n);
   }
+  // A read of the whole tensor: its stored bytes and their float32 values.
   uint64_t working_bytes(size_t) const override { return static_cast<uint64_t>(raw_.shape[0]) + saved_.numel() * 4; }
 
  private:

@@ -7,8 +7,9 @@
 // its one chunk computed from the stored blocks as ggml's dequantize_row_* computes it (the values
 // gguf-py's quants.dequantize gives, where it decodes the type). Names stay the GGUF's: no Q/K row
 // is un-permuted. Any other block type (Q2_K, Q3_K, IQ*, TQ*, MXFP4, Q4_1, Q8_1, Q8_K) stays opaque,
-// so a command that reads its values refuses it (exit 5, naming the tensor and the type). A tensor
-// is decoded whole: one read holds its stored bytes and its float32 values.
+// so a command that reads its values refuses it (exit 5, naming the tensor and the type). A read
+// decodes the whole blocks that hold the range asked (a GGUF row is whole blocks), from those
+// blocks' stored bytes alone.
 #pragma once
 
 #include "meta/checkpoint.h"
