@@ -51,6 +51,13 @@ void print_map_summary(const nlohmann::json& r) {
     if (d.value("mxfp4", uint64_t{0}) > 0)
       what += (what.empty() ? "" : " and ") + std::to_string(d["mxfp4"].get<uint64_t>()) +
               " MXFP4 weights (_blocks with their _scales)";
+    if (d.value("gguf", uint64_t{0}) > 0) {
+      std::string types;
+      for (const auto& [type, n] : d["types"].items())
+        types += (types.empty() ? "" : ", ") + std::to_string(n.get<uint64_t>()) + " " + type;
+      what += (what.empty() ? "" : " and ") + std::to_string(d["gguf"].get<uint64_t>()) + " GGUF block tensors (" +
+              types + ")";
+    }
     std::cerr << "dequantized " << what;
     if (!d["ignored_scales"].empty())
       std::cerr << "; left out " << d["ignored_scales"].size()

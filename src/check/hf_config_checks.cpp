@@ -281,6 +281,12 @@ class ScaleChecker {
                      ".input_scale): quant_algo NVFP4 quantizes the activations with it (W4A16_NVFP4 needs none)");
     } else if (has("MXFP8") && w.dtype == "float8_e4m3fn") {
       expect(k, module + ".weight_scale", "uint8", {N, w.shape[1] / 32}, "ModelOpt MXFP8");
+    } else if ((has("fp8_pb_wo") || has("FP8_PB_WO")) && w.dtype == "float8_e4m3fn") {
+      // one float32 a 128x128 block: [rb, 1, cb, 1] as the export writes it, or [rb, cb]
+      const int64_t rb = (N + 127) / 128, cb = (w.shape[1] + 127) / 128;
+      const HfTensor* s = at(module + ".weight_scale");
+      if (!(s && s->dtype == "float32" && s->shape == std::vector<int64_t>{rb, cb}))
+        expect(k, module + ".weight_scale", "float32", {rb, 1, cb, 1}, "ModelOpt FP8_PB_WO");
     } else if (has("FP8") && w.dtype == "float8_e4m3fn") {
       const HfTensor& s = *at(module + ".weight_scale");
       if (!scalar(s))
@@ -296,8 +302,17 @@ class ScaleChecker {
 
   void check_compressed_tensors(const std::string& k, const HfTensor& w, const std::string& module) {
     const int64_t N = w.shape[0];
-    const bool nv = has("nvfp4-pack-quantized"), mx4 = has("mxfp4-pack-quantized");
-    if (key_ends(k, ".weight_packed") && w.dtype == "uint8" && nv != mx4) {
+    const bool nv = has("nvfp4-pack-quantized"), mx4 = has("mxfp4-pack-quantized"), mx6 = has("mxfp6-pack-quantized");
+    if (key_ends(k, ".weight_packed") && w.dtype == "uint8" && mx6 && !nv && !mx4) {
+      // four E2M3 codes in three bytes: [N, 3 K / 4]
+      if (w.shape[1] % 3)
+        problem_("quant-scale-shape", k,
+                 "uint8 " + dims(w.shape) +
+                     " is not a compressed-tensors MXFP6 weight_packed: four E2M3 codes in three bytes, its columns a "
+                     "multiple of 3");
+      else
+        expect(k, module + ".weight_scale", "uint8", {N, w.shape[1] / 3 * 4 / 32}, "compressed-tensors MXFP6");
+    } else if (key_ends(k, ".weight_packed") && w.dtype == "uint8" && nv != mx4 && !mx6) {
       const int64_t K = w.shape[1] * 2;
       if (nv) {
         expect(k, module + ".weight_scale", "float8_e4m3fn", {N, K / 16}, "compressed-tensors NVFP4");

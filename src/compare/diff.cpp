@@ -398,6 +398,11 @@ DiffResult diff_inputs(Input& a, Input& b, const DiffOptions& o) {
                                           ? "--assets names the config.json of a module's file's source (a .gguf's), "
                                             "and this build of dcpctl has no such module"
                                           : diff_kinds().front().assets_use);
+  // Two files of a layout whose module decodes its opaque types (two GGUFs): each side's block
+  // tensors compared as the float32 values they decode to (meta/readers.h's decode_opaque); a type
+  // the module does not decode stays opaque, and is refused as before.
+  decode_opaque(a);
+  decode_opaque(b);
   return Differ(a, b, o).run();
 }
 

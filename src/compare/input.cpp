@@ -3,6 +3,7 @@
 #include "check/megatron_vocab.h"
 #include "meta/derived.h"
 #include "meta/geometry.h"
+#include "meta/readers.h"
 #include "pickle/repr.h"
 #include "view/model.h"
 
@@ -21,6 +22,14 @@ std::unique_ptr<Input> open_input(const std::string& path) {
   }
   in->reader = std::make_unique<ItemReader>(in->ck);
   return in;
+}
+
+void decode_opaque(Input& in) {
+  auto decode = layout_reader(in.ck.layout).decode_opaque;
+  if (!decode) return;
+  in.reader.reset();  // it reads the checkpoint replaced here
+  in.ck = decode(in.ck);
+  in.reader = std::make_unique<ItemReader>(in.ck);
 }
 
 std::string value_repr(const Input& in, const BytesMeta& b) {

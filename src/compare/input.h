@@ -26,6 +26,11 @@ struct Input {
 
 std::unique_ptr<Input> open_input(const std::string& path);
 
+// `in` with the opaque types its layout's module decodes (a GGUF's block types: meta/readers.h's
+// decode_opaque) read as the float32 values they decode to; unchanged for any other layout. diff of
+// two such files and stats read them so.
+void decode_opaque(Input& in);
+
 // A non-tensor value as Python would repr it (decoded by the restricted VM, never executed).
 std::string value_repr(const Input& in, const BytesMeta& b);
 

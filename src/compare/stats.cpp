@@ -56,6 +56,7 @@ json json_float(double v) {
 StatsResult compute_stats(Input& in, const StatsOptions& o) {
   auto t0 = std::chrono::steady_clock::now();
   StatsResult r;
+  decode_opaque(in);  // a GGUF's block tensors: their decoded values
   const Metadata& md = in.ck.md;
   if (!o.map.empty()) map_input(in, o.map, o.selection, o.map_config);
   std::vector<SelectedItem> items = input_items(in, o.selection);

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <limits>
 
+#include "gguf/types.h"
 #include "util/numeric.h"
 
 namespace dcpctl::gguf {
@@ -20,7 +21,10 @@ enum : uint32_t {
   Q4_K = 12,
   Q5_K = 13,
   Q6_K = 14,
-  BF16 = 30
+  BF16 = 30,
+  NVFP4 = 40,
+  Q1_0 = 41,
+  Q2_0 = 42
 };
 
 uint16_t u16(const uint8_t* p) {
@@ -32,6 +36,17 @@ uint32_t u32(const uint8_t* p) {
 }
 float h(const uint8_t* p) {
   return f16_to_f32(u16(p));
+}
+
+// NVFP4's E2M1 codes doubled (ggml-common.h's kvalues_mxfp4) and its block scale as ggml decodes
+// it (ggml-impl.h's ggml_ue4m3_to_fp32: unsigned E4M3, bias 7, the sign bit ignored, 0x7F read as
+// 0, halved to go with the doubled codes).
+constexpr int8_t kE2m1Doubled[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+float ue4m3_half(uint8_t x) {
+  if (x == 0 || x == 0x7F) return 0.0f;
+  const int e = (x >> 3) & 0xF, m = x & 0x7;
+  const float raw = e == 0 ? std::ldexp(static_cast<float>(m), -9) : std::ldexp(1.0f + m / 8.0f, e - 7);
+  return raw * 0.5f;
 }
 
 // Half an ULP of a float with `bits` significand bits at |v| (at least `least`).
@@ -93,6 +108,49 @@ void check_sub_block(DiffAccumulator& acc, uint64_t start, const float* x, const
   }
 }
 
+// Q1_0 (quantize_row_q1_0_ref): d = fp16(sum |x| / 128, summed in float32 in order), each element
+// +d where x >= 0, else -d. So |x - dq| is ||x| - m| for the mean m of the block, within fp16's
+// rounding of it: a sign flipped costs 2 min(|x|, m) more, a scale moved by D costs D on the side of
+// m the element is not on.
+void check_q1_0(DiffAccumulator& acc, uint64_t at, const uint8_t* p, const float* x, const float* y) {
+  float sum = 0;
+  for (int j = 0; j < 128; ++j) sum += std::fabs(x[j]);
+  const double m = sum / 128.0f, hd = h16(h(p));
+  for (int j = 0; j < 128; ++j)
+    check(acc, at + j, x[j], y[j], std::fabs(std::fabs(static_cast<double>(x[j])) - m) + hd + eps(x[j], y[j], m));
+}
+
+// Q2_0 (quantize_row_q2_0_ref): d' = amax, q = round(x / d') in [-1, 1] (2 is never reached), d =
+// fp16(d'): half a step, and |q| times d's rounding, as Q8_0.
+void check_q2_0(DiffAccumulator& acc, uint64_t at, const uint8_t* p, const float* x, const float* y) {
+  const double d = h(p), hd = h16(d);
+  for (int j = 0; j < 64; ++j) {
+    const int q = ((p[2 + j / 4] >> (2 * (j % 4))) & 3) - 1;
+    check(acc, at + j, x[j], y[j], 0.5 * (std::fabs(d) + hd) + std::abs(q) * hd + eps(x[j], y[j]));
+  }
+}
+
+// NVFP4 (quantize_row_nvfp4_ref): each 16 values' scale s = ue4m3(amax / 6) and every element the
+// nearest point of the E2M1 grid times s (best_index_mxfp4): within half the larger gap beside its
+// point (e2m1's 0.25, 0.5, 1 times s). At the top code (6 s) an element may lie past the grid by
+// what rounding amax / 6 to the scale left: 2^-4 relative for a normal scale (0.375 s), 2^-9 for a
+// subnormal one (6 2^-9), unbounded where amax / 6 saturated at 448; a zero scale (amax / 6 below
+// 2^-10) leaves every element within 6 2^-10.
+void check_nvfp4(DiffAccumulator& acc, uint64_t at, const uint8_t* p, const float* x, const float* y) {
+  for (int sb = 0; sb < 4; ++sb) {
+    const double scale = 2.0 * ue4m3_half(p[sb]);
+    for (int j = 0; j < 16; ++j) {
+      const int i = 16 * sb + j;
+      const double xi = x[i], di = y[i], v = scale > 0 ? std::fabs(di) / scale : 0;
+      const double gap = v < 1.75 ? 0.25 : v < 3.5 ? 0.5 : 1.0;
+      double limit = std::max(scale * gap, v == 6 || scale == 0 ? 6 * 0x1p-9 : 0.0);
+      if (v == 6 && scale == 448 && (xi < 0) == (di < 0) && std::fabs(xi) >= std::fabs(di))
+        limit = std::numeric_limits<double>::infinity();
+      check(acc, at + i, xi, di, limit + eps(xi, di));
+    }
+  }
+}
+
 // The signed code of element i (0..31) of a Q8_0, Q4_0 or Q5_0 block at p.
 int code(uint32_t type, const uint8_t* p, int i) {
   if (type == Q8_0) return static_cast<int8_t>(p[2 + i]);
@@ -113,6 +171,33 @@ void scale_min_k4(int j, const uint8_t* q, int& d, int& m) {
   }
 }
 
+// Q1_0, Q2_0 and NVFP4 blocks (ggml's dequantize_row_q1_0, _q2_0, _nvfp4).
+void decode_low_bit(uint32_t type, const uint8_t* p, float* y) {
+  switch (type) {
+    case Q1_0: {  // 128 signs, bit j of byte j / 8: +d when set, else -d
+      const float d = h(p);
+      for (int j = 0; j < 128; ++j) y[j] = (p[2 + j / 8] >> (j % 8)) & 1 ? d : -d;
+      return;
+    }
+    case Q2_0: {  // 64 codes of 2 bits, j at bits 2 (j % 4) of byte j / 4: (q - 1) d
+      const float d = h(p);
+      for (int j = 0; j < 64; ++j) y[j] = (((p[2 + j / 4] >> (2 * (j % 4))) & 3) - 1) * d;
+      return;
+    }
+    case NVFP4: {  // 4 block scales, then each 16 values' 8 bytes: byte j holds j (low) and j + 8
+      for (int s = 0; s < 4; ++s) {
+        const float d = ue4m3_half(p[s]);
+        for (int j = 0; j < 8; ++j) {
+          const uint8_t q = p[4 + 8 * s + j];
+          y[16 * s + j] = kE2m1Doubled[q & 0x0F] * d;
+          y[16 * s + j + 8] = kE2m1Doubled[q >> 4] * d;
+        }
+      }
+      return;
+    }
+  }
+}
+
 // Decodes one block of `type` at p into y (ggml's dequantize_row_*). For the K-quants also each
 // sub-block's step and offset (dq = step * q - offset).
 void decode_block(uint32_t type, const uint8_t* p, float* y, double* step = nullptr, double* offset = nullptr) {
@@ -122,6 +207,9 @@ void decode_block(uint32_t type, const uint8_t* p, float* y, double* step = null
       for (int j = 0; j < 32; ++j) y[j] = static_cast<int8_t>(p[2 + j]) * d;
       return;
     }
+    case Q1_0:
+    case Q2_0:
+    case NVFP4: return decode_low_bit(type, p, y);
     case Q4_0: {
       const float d = h(p);
       for (int j = 0; j < 16; ++j) {
@@ -199,20 +287,10 @@ void decode_block(uint32_t type, const uint8_t* p, float* y, double* step = null
   }
 }
 
+// The type table's (gguf/types.h): one place for each type's block and name.
 uint64_t block_bytes(uint32_t type) {
-  switch (type) {
-    case F32: return 4;
-    case F16:
-    case BF16: return 2;
-    case Q8_0: return 34;
-    case Q4_0: return 18;
-    case Q5_0: return 22;
-    case Q5_1: return 24;
-    case Q4_K: return 144;
-    case Q5_K: return 176;
-    case Q6_K: return 210;
-  }
-  return 0;
+  const GgmlType* t = ggml_type(type);
+  return t ? t->block_bytes : 0;
 }
 
 }  // namespace bound_impl
@@ -221,27 +299,16 @@ std::optional<uint32_t> decoded_type(const std::string& n) {
   using namespace bound_impl;
   static const std::pair<const char*, uint32_t> names[] = {
       {"float32", F32}, {"float16", F16}, {"bfloat16", BF16}, {"Q8_0", Q8_0}, {"Q4_0", Q4_0},
-      {"Q5_0", Q5_0},   {"Q5_1", Q5_1},   {"Q4_K", Q4_K},     {"Q5_K", Q5_K}, {"Q6_K", Q6_K}};
+      {"Q5_0", Q5_0},   {"Q5_1", Q5_1},   {"Q4_K", Q4_K},     {"Q5_K", Q5_K}, {"Q6_K", Q6_K},
+      {"NVFP4", NVFP4}, {"Q1_0", Q1_0},   {"Q2_0", Q2_0}};
   for (const auto& [name, id] : names)
     if (n == name) return id;
   return std::nullopt;
 }
 
 const char* bound_name(uint32_t type) {
-  using namespace bound_impl;
-  switch (type) {
-    case F32: return "F32";
-    case F16: return "F16";
-    case BF16: return "BF16";
-    case Q8_0: return "Q8_0";
-    case Q4_0: return "Q4_0";
-    case Q5_0: return "Q5_0";
-    case Q5_1: return "Q5_1";
-    case Q4_K: return "Q4_K";
-    case Q5_K: return "Q5_K";
-    case Q6_K: return "Q6_K";
-  }
-  return "?";
+  const GgmlType* t = ggml_type(type);
+  return t ? t->name : "?";
 }
 
 const char* bound_rule(uint32_t type) {
@@ -258,22 +325,16 @@ const char* bound_rule(uint32_t type) {
     case Q4_K:
     case Q5_K:
     case Q6_K: return "the nearest point of the sub-block's stored grid; beyond its ends, the reference fit's room";
+    case NVFP4: return "the nearest E2M1 point at the sub-block's UE4M3 scale; at the top code, the scale's rounding";
+    case Q1_0: return "the sign, at the block's fp16 mean of |x| (its rounding)";
+    case Q2_0: return "half a step of the block's fp16 scale (amax), and its rounding per code";
   }
   return "?";
 }
 
 uint64_t bound_block(uint32_t type) {
-  using namespace bound_impl;
-  switch (type) {
-    case Q8_0:
-    case Q4_0:
-    case Q5_0:
-    case Q5_1: return 32;
-    case Q4_K:
-    case Q5_K:
-    case Q6_K: return 256;
-  }
-  return 1;
+  const GgmlType* t = ggml_type(type);
+  return t ? t->block : 1;
 }
 
 uint64_t tensor_bytes_of(uint32_t type, uint64_t n) {
@@ -356,6 +417,9 @@ void compare_gguf(uint32_t type, const uint8_t* data, const float* x, uint64_t n
           check_sub_block(acc, at + 32 * j, xb + 32 * j, y + 32 * j, 32, step[j], offset[j], 0, nmax, false, scales);
         break;
       }
+      case Q1_0: check_q1_0(acc, at, p, xb, y); break;
+      case Q2_0: check_q2_0(acc, at, p, xb, y); break;
+      case NVFP4: check_nvfp4(acc, at, p, xb, y); break;
       case Q6_K: {
         const double d = h(p + 208), hd = h16(d);
         const double scales = 32 * (std::fabs(d) + 128 * hd);

@@ -29,9 +29,18 @@
 //              63 h16(d)) + |dmin| / 2 + 63 h16(dmin) (Q6_K: 32 (|d| + 128 h16(d)): its scales
 //              saturate at 127 of 128).
 //
+//   Q2_0       as Q8_0 (q = round(x / amax) in [-1, 1], d = fp16(amax))
+//   Q1_0       ||x| - m| + h16(d) + eps, m the block's mean of |x| summed in float32 as ggml sums
+//              it (d = fp16(m), each element +d or -d by its sign): a flipped sign or a moved d is
+//              beyond
+//   NVFP4      each 16 values at s = ue4m3(amax / 6): half the larger gap of the E2M1 grid beside
+//              dq / s (0.25, 0.5, 1 times s); at the top code, what rounding amax / 6 to s leaves
+//              (within s for a normal scale, 6 2^-9 for a subnormal one, none past a saturated 448)
+//
 // A block whose scale changed, a code moved, a value of another tensor: beyond. The types llama.cpp
 // has besides these (Q2_K, Q3_K, IQ*, TQ*, MXFP4, ...) are not decoded here (exit 5, naming the
-// tensor).
+// tensor). Q1_0 and Q2_0 are ggml's (ggml-quants.c of llama-cpp-python 0.3.36), which gguf-py
+// 0.19.0 does not decode; NVFP4's decode is also gguf-py's quants.NVFP4.
 #pragma once
 
 #include <cstdint>

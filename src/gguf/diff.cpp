@@ -201,9 +201,10 @@ DiffResult diff_gguf(Input& source, Input& file, const DiffOptions& o, bool file
       } else {
         std::optional<uint32_t> type = gguf::decoded_type(ft.dtype_name);
         if (!type)
-          throw UnsupportedError(Where(file.path, std::nullopt, ft.fqn),
-                                 "'" + ft.fqn + "' is " + ft.dtype_name +
-                                     ": diff decodes F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K");
+          throw UnsupportedError(
+              Where(file.path, std::nullopt, ft.fqn),
+              "'" + ft.fqn + "' is " + ft.dtype_name +
+                  ": diff decodes F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, NVFP4, Q1_0 and Q2_0");
         k.module_bound = KeyDiff::ModuleBound{"gguf", gguf::bound_name(*type), gguf::bound_rule(*type)};
         k.compared = true;
         jobs.push_back({r.keys.size(), p, it->second, *type});

@@ -35,8 +35,9 @@
 // become Checkpoint::values (their value as text, an array as its length and type); tensors are
 // one chunk each, shape in torch's order (ne reversed), stored raw at their offset. A plain type
 // (F32, F16, BF16, the integers, F64) is its torch dtype, readable by every command; a block type
-// (Q8_0, Q4_K, ...) keeps ggml's name as its dtype, which `inspect` and `verify` describe and the
-// commands that read values refuse as unsupported (exit 5, naming the tensor).
+// (Q8_0, Q4_K, ...) keeps ggml's name as its dtype, which `inspect` and `verify` describe; the
+// commands that read values decode the types gguf/decoded.h names under --dtype and refuse the
+// others (and every block type without --dtype) as unsupported (exit 5, naming the tensor).
 #include <algorithm>
 #include <cstring>
 #include <limits>
@@ -91,6 +92,7 @@ constexpr GgmlType kTypes[] = {
     {39, "MXFP4", 32, 17, {}},
     {40, "NVFP4", 64, 36, {}},
     {41, "Q1_0", 128, 18, {}},
+    {42, "Q2_0", 64, 18, {}},
 };
 }  // namespace
 

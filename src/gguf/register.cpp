@@ -2,6 +2,7 @@
 
 #include "compare/diff.h"
 #include "gguf/arch_check.h"
+#include "gguf/decoded.h"
 #include "gguf/diff.h"
 #include "gguf/format.h"
 #include "gguf/reader.h"
@@ -20,6 +21,7 @@ Checkpoint open_row(const Probe& p) {
 void register_gguf() {
   static const bool registered = [] {
     install_reader(CheckpointLayout::Gguf, open_row, check_gguf_arch);
+    install_opaque_decoder(CheckpointLayout::Gguf, gguf::decoded_view);
     formats::add(&gguf::output_format);
     DiffKind kind;
     kind.claims = is_gguf;

@@ -1,6 +1,7 @@
-// ggml's tensor types as a GGUF file names them (ggml.h's `ggml_type`; gguf-py 0.19.0's
-// GGMLQuantizationType and GGML_QUANT_SIZES): every type a file may hold, so that a reader can lay
-// out and check any file, whether or not dcpctl decodes the type.
+// ggml's tensor types as a GGUF file names them (ggml.h's `ggml_type` of llama.cpp as vendored by
+// llama-cpp-python 0.3.36; gguf-py 0.19.0's GGMLQuantizationType and GGML_QUANT_SIZES, which stop
+// at Q1_0 = 41: Q2_0 = 42 is ggml's alone): every type a file may hold, so that a reader can lay out
+// and check any file, whether or not dcpctl decodes the type (gguf/bound.h decodes some).
 #pragma once
 
 #include <cstdint>

@@ -229,4 +229,9 @@ void install_reader(CheckpointLayout l, LayoutReader::Open open, LayoutFindings 
     }
 }
 
+void install_opaque_decoder(CheckpointLayout l, Checkpoint (*decode)(const Checkpoint&)) {
+  for (auto& r : table())
+    if (r.layout == l) r.decode_opaque = decode;
+}
+
 }  // namespace dcpctl

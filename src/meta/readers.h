@@ -95,6 +95,11 @@ struct LayoutReader {
   // What verify checks of this layout beyond its structure (a GGUF file's tensors against its
   // architecture's table), installed with `open` by the module that reads it; null: nothing.
   LayoutFindings (*check)(const Checkpoint&) = nullptr;
+  // --dtype over a checkpoint of this layout (view/codecs/dequantize.h): the checkpoint with each
+  // tensor of an opaque type the module decodes (a GGUF block type: gguf/decoded.h) as a float32
+  // tensor of the same name and shape, computed by a derived tensor; those it does not decode stay
+  // opaque (their values refused, exit 5, naming the type). Installed with `open`; null: none.
+  Checkpoint (*decode_opaque)(const Checkpoint&) = nullptr;
 };
 
 // The table, in the order the opener asks it.
@@ -106,5 +111,7 @@ void install_reader(CheckpointLayout l, LayoutReader::Open open);
 // Installs a module's reader whole: its opener and what verify checks of it (a module calls it
 // from its register function).
 void install_reader(CheckpointLayout l, LayoutReader::Open open, LayoutFindings (*check)(const Checkpoint&));
+// Installs what decodes a module's opaque types (LayoutReader::decode_opaque).
+void install_opaque_decoder(CheckpointLayout l, Checkpoint (*decode)(const Checkpoint&));
 
 }  // namespace dcpctl

@@ -194,6 +194,18 @@ int target_world(const Metadata& md, const Target& target) {
   return world;
 }
 
+// Why tensor `t`, of no dtype dcpctl reads, is refused: a type its layout knows and does not decode
+// (or decodes only under --dtype, meta/readers.h's decode_opaque), or a dtype dcpctl does not know.
+std::string undecoded(const Checkpoint& ck, const TensorMeta& t) {
+  if (!opaque_type(ck, t)) return "dtype " + t.dtype_name + " is unknown to dcpctl";
+  const LayoutReader& row = layout_reader(ck.layout);
+  const bool decoding = ck.derived && ck.derived->views.contains("dequantized");
+  return std::string(row.opaque_types) + " " + t.dtype_name +
+         (row.decode_opaque && !decoding
+              ? ": its blocks are decoded only under --dtype (fp32, bf16, ...), for the types dcpctl decodes"
+              : ": dcpctl lists and checks it but does not decode its values");
+}
+
 // Each selected item planned: a value as it is, a mapped tensor from its parts, a saved one from
 // its chunks; refused where incomplete or of a type the target cannot hold.
 void plan_items(const Checkpoint& ck, const Target& target, int world, std::vector<uint64_t>& rank_bytes,
@@ -210,12 +222,7 @@ void plan_items(const Checkpoint& ck, const Target& target, int world, std::vect
       plan_parts(ck, *mt, target, world, rank_bytes, coverage, plan);
       continue;
     }
-    if (!t.dtype)
-      throw UnsupportedError(Where(ck.metadata_path, std::nullopt, t.fqn),
-                             opaque_type(ck, t)
-                                 ? std::string(layout_reader(ck.layout).opaque_types) + " " + t.dtype_name +
-                                       ": dcpctl lists and checks it but does not decode its values"
-                                 : "dtype " + t.dtype_name + " is unknown to dcpctl");
+    if (!t.dtype) throw UnsupportedError(Where(ck.metadata_path, std::nullopt, t.fqn), undecoded(ck, t));
     if (!coverage.covered(t)) continue;
     plan_saved(ck, t, it.key, target, world, rank_bytes, plan);
   }

@@ -101,7 +101,8 @@ class Case:
 # The folders dcpctl reads (their codecs are in src/view/codecs/); every other one is refused under
 # --dtype, naming its scheme (READ_REFUSED's word) and one of its tensors, nothing written.
 READS = {f"ct-{s}-{m}" for s in qp.CT_SCHEMES for m in ("dense", "moe")} | {"ct-w4a16-top-format"} | {
-    "modelopt_nvfp4", "modelopt_nvfp4_moe", "modelopt_nvfp4_mla", "modelopt_fp8", "modelopt_mxfp8", "dsv4-i8", "dsv4-f4"}
+    "modelopt_nvfp4", "modelopt_nvfp4_moe", "modelopt_nvfp4_mla", "modelopt_fp8", "modelopt_mxfp8", "modelopt_fp8_pb_wo",
+    "dsv4-i8", "dsv4-f4"}
 
 
 def refused_word(case: "Case") -> str:
@@ -340,7 +341,7 @@ def ct_cases(root: Path, only: set) -> list:
     dense = qp.tiny_dense(root / "dense")
     moe = qp.tiny_moe(root / "moe")
     for scheme in qp.CT_SCHEMES:
-        for src in (dense, moe):
+        for src in (dense,) if scheme in qp.CT_DENSE_ONLY else (dense, moe):
             name = f"ct-{scheme}-{src.name}"
             if only and name not in only and scheme not in only:
                 continue
@@ -394,6 +395,12 @@ def refusals(dcpctl: str, root: Path, fixtures: Path, report: bool) -> None:
         text = (f / name).read_text().replace('"NVFP4"', '"W4A8_AWQ"')
         (f / name).write_text(text)
     cases.append(("modelopt quant_algo W4A8_AWQ", f, {EXIT_UNSUPPORTED}, ["W4A8_AWQ", "model.layers.0"]))
+    # FP8_BLOCK_SCALES: no string of nvidia-modelopt 0.47.0 (its blockwise FP8 exports as fp8_pb_wo)
+    f = root / "mo-block-scales"
+    shutil.copytree(fixtures / "layouts" / "modelopt_fp8_pb_wo" / "ckpt", f)
+    for name in ("config.json", "hf_quant_config.json"):
+        (f / name).write_text((f / name).read_text().replace('"fp8_pb_wo"', '"FP8_BLOCK_SCALES"'))
+    cases.append(("modelopt quant_algo FP8_BLOCK_SCALES", f, {EXIT_UNSUPPORTED}, ["FP8_BLOCK_SCALES", "model.layers.0"]))
     # hf_quant_config.json alone says ModelOpt (config.json without quantization_config)
     f = root / "mo-sidecar"
     shutil.copytree(fixtures / "layouts" / "modelopt_nvfp4" / "ckpt", f)
@@ -460,9 +467,39 @@ def verify_damaged(dcpctl: str, root: Path, fixtures: Path, src: Path) -> None:
         f = root / name
         shutil.copytree(ct_nv, f)
         return f
+    ct6 = qp.ct_quantize(src, root / "ct6-verify-base", "mxfp6a16")
+
+    def ct6_copy(name: str) -> Path:
+        f = root / name
+        shutil.copytree(ct6, f)
+        return f
     m = "model.layers.0."
     e = "model.layers.0.mlp.experts."
+    # compressed-tensors' MXFP6: its E8M0 scale a column short, its packed weight a byte column short
+    # (no longer four codes in three bytes); --dtype refuses both too (exit 3 naming the tensor).
+    ct6_cut = damage(ct6_copy("ct6-v-cut"), lambda t: t.update(
+        {m + "self_attn.v_proj.weight_scale": t[m + "self_attn.v_proj.weight_scale"][:, :-1]}))
+    ct6_shape = damage(ct6_copy("ct6-v-shape"), lambda t: t.update(
+        {m + "mlp.up_proj.weight_packed": t[m + "mlp.up_proj.weight_packed"][:, :-1]}))
+    # ModelOpt's FP8_PB_WO: a block scale cut off, and the scales of another grid ([1, 1, 4, 1] for
+    # [2, 1, 2, 1]).
+    pb_cut = damage(modelopt("modelopt_fp8_pb_wo", "mo-v-pb-cut"), lambda t: t.update(
+        {m + "mlp.down_proj.weight_scale": t[m + "mlp.down_proj.weight_scale"][:, :, :1]}))
+    pb_shape = damage(modelopt("modelopt_fp8_pb_wo", "mo-v-pb-shape"), lambda t: t.update(
+        {m + "self_attn.o_proj.weight_scale": t[m + "self_attn.o_proj.weight_scale"].reshape(1, 1, 4, 1)}))
+    for f, key in ((ct6_cut, m + "self_attn.v_proj.weight_scale"), (ct6_shape, m + "mlp.up_proj.weight_packed"),
+                   (pb_cut, m + "mlp.down_proj.weight_scale"), (pb_shape, m + "self_attn.o_proj.weight_scale")):
+        r = run(dcpctl, "consolidate", f, "-o", f"{root / (f.name + '-out')}/", "--dtype", "bf16", "-q")
+        check(r.returncode == EXIT_INVALID and f"'{key}'" in r.stderr and not (root / (f.name + "-out")).exists(),
+              f"consolidate --dtype bf16 of {f.name}: exit {r.returncode} (wanted 3) naming {key}, nothing written: "
+              f"{r.stderr.strip()[-300:]}")
     cases = [
+        ("a compressed-tensors MXFP6 weight_scale a column short", ct6_cut, "quant-scale-shape",
+         m + "self_attn.v_proj.weight_scale"),
+        ("a compressed-tensors MXFP6 weight_packed a byte column short", ct6_shape, "quant-scale-shape",
+         m + "mlp.up_proj.weight_packed"),
+        ("a ModelOpt FP8_PB_WO block scale cut off", pb_cut, "quant-scale-shape", m + "mlp.down_proj.weight_scale"),
+        ("ModelOpt FP8_PB_WO scales of another grid", pb_shape, "quant-scale-shape", m + "self_attn.o_proj.weight_scale"),
         ("a ModelOpt weight_scale a column short", damage(modelopt("modelopt_nvfp4_moe", "mo-v-shape"),
          lambda t: t.update({e + "1.up_proj.weight_scale": t[e + "1.up_proj.weight_scale"][:, :-1]})),
          "quant-scale-shape", e + "1.up_proj.weight_scale"),
@@ -788,7 +825,7 @@ def main() -> int:
         print(f"{len(cases)} folders written and their references computed in {time.time() - t0:.1f} s")
         # ModelOpt's committed folders are found by listing: one lost must fail, not shrink the run
         modelopt = [c.name for c in cases if c.name.startswith("modelopt_")]
-        check(bool(only) or len(modelopt) >= 5, f"{len(modelopt)} layouts/modelopt_* folders, fewer than the 5 committed")
+        check(bool(only) or len(modelopt) >= 6, f"{len(modelopt)} layouts/modelopt_* folders, fewer than the 6 committed")
         for case in cases:
             if a.report:
                 print(case.name)

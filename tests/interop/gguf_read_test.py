@@ -15,7 +15,8 @@ What is checked:
   count past the file, a duplicate key, a row that is not whole blocks; exit 5 for
   version 1 and for a ggml type id dcpctl does not know;
 - consolidate -o .safetensors of the plain tensors (--include): each equal to GGUFReader's data,
-  byte for byte; a quantized tensor read for its values is exit 5 naming it;
+  byte for byte; a quantized tensor read for its values without --dtype is exit 5 naming it; with
+  --dtype float32 the Q8_0 and Q4_0 tensors equal gguf-py's quants.dequantize bit for bit;
 - verify against the architecture's table (gguf/arch_check.h): a tiny llama GGUFWriter wrote with
   llama.cpp's names and shapes passes; copies written with a tensor renamed, one dropped, one of
   another shape, and a layer past block_count are exit 3 naming the code, the tensor and (but for
@@ -163,7 +164,18 @@ def main() -> int:
                 check(a is not None and a.dtype == want.dtype and a.tobytes() == want.tobytes(),
                       f"{t.name}: consolidated equals GGUFReader's data")
         r = run(dcpctl, "consolidate", model, "-o", tmp / "all.safetensors")
-        expect_rc(r, 5, "consolidate of a Q8_0 tensor's values", "blk.0.attn_q.weight", "Q8_0")
+        expect_rc(r, 5, "consolidate of a Q8_0 tensor's values", "blk.0.attn_q.weight", "Q8_0", "--dtype")
+        # Under --dtype the block tensors are decoded: equal to gguf-py's dequantize bit for bit.
+        out = tmp / "decoded.safetensors"
+        r = run(dcpctl, "consolidate", model, "--dtype", "float32", "-o", out)
+        if expect_rc(r, 0, "consolidate --dtype float32 of the Q8_0 and Q4_0 tensors"):
+            st = load_file(str(out))
+            for t in reader.tensors:
+                if t.tensor_type in (T.Q8_0, T.Q4_0):
+                    want = gguf.quants.dequantize(np.asarray(t.data), t.tensor_type).astype(np.float32)
+                    a = st.get(t.name)
+                    check(a is not None and a.dtype == np.float32 and a.tobytes() == want.tobytes(),
+                          f"{t.name}: {t.tensor_type.name} decoded equals gguf-py's dequantize")
 
         data = model.read_bytes()
         first = reader.tensors[0]

@@ -72,7 +72,13 @@ CT_SCHEMES = {
     "nvfp4a16": "NVFP4A16",  # nvfp4-pack-quantized, group 16, global scale
     "mxfp4a16": "MXFP4A16",  # mxfp4-pack-quantized, group 32, E8M0 scales
     "mxfp8a16": "MXFP8A16",  # mxfp8-quantized, group 32, E8M0 scales
+    "mxfp6a16": "MXFP6A16",  # mxfp6-pack-quantized, group 32, E8M0 scales (four E2M3 codes in three bytes)
+    "mxfp6a8": "MXFP6A8",  # the same weights, MXFP8 activations quantized at run time (nothing on disk)
+    "mxfp4xfp8": "MXFP4XFP8",  # mxfp4-pack-quantized weights, dynamic FP8 activations per 32
 }
+# The schemes whose weights another scheme already writes (only the activations differ, and those
+# are quantized at run time): read on the dense model alone.
+CT_DENSE_ONLY = {"mxfp6a8", "mxfp4xfp8"}
 # What is never quantized: the head, embeddings and MoE routers (norms never match a Linear target).
 CT_IGNORE = ["lm_head", "re:.*embed_tokens$", "re:.*mlp\\.gate$"]
 

@@ -63,6 +63,11 @@ double e2m1_half_step(double q) {
   return m < 1.75 ? 0.25 : m < 3.5 ? 0.5 : 1.0;
 }
 
+double e2m3_half_step(double q) {
+  const double m = std::fabs(q);
+  return m < 2 ? 0.0625 : m < 4 ? 0.125 : 0.25;
+}
+
 bool explained_by_reader(const nlohmann::json&, const nlohmann::json&) {
   return false;
 }

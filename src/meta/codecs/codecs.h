@@ -148,6 +148,10 @@ double e4m3_half_ulp(double q);
 // compressed-tensors' MX exponent rounds the amax up to a power of two from a significand of 1.25,
 // so |x| / s < 5), so the top code is within 1 too.
 double e2m1_half_step(double q);
+// compressed-tensors' MXFP6's half_step: half the larger gap beside |q| on the E2M3 grid (steps of
+// 0.125 below 2, 0.25 below 4, 0.5 up to 7.5): 0.0625, 0.125, 0.25. Its exponent rule (round_to_power_2
+// with E2M3's three mantissa bits) keeps |x| / s below 7.75, so the saturating top code is within 0.25.
+double e2m3_half_step(double q);
 // The integer grid's half_step (compressed-tensors' pack-quantized, symmetric): 0.5 everywhere.
 double int_half_step(double q);
 // The quantization_config llm-compressor's model_free_ptq writes (save_utils.update_config over

@@ -12,9 +12,14 @@
 //   nvfp4-pack-quantized  X.weight_packed uint8 [N, K / 2] (E2M1, low nibble first), X.weight_scale
 //                     e4m3 [N, K / 16], X.weight_global_scale float32 [1]
 //   mxfp4-pack-quantized  X.weight_packed uint8 [N, K / 2], X.weight_scale uint8 [N, K / 32] (E8M0)
+//   mxfp6-pack-quantized  X.weight_packed uint8 [N, 3 K / 4] (E2M3 codes of 6 bits, the sign bit 5,
+//                     four a little-endian 24-bit word: code j at bits 6 j), X.weight_scale uint8
+//                     [N, K / 32] (E8M0); compressed-tensors 0.20.0's MXFP6A16 and MXFP6A8 (whose
+//                     activations are quantized at run time: nothing on disk)
 //   mxfp8-quantized   X.weight e4m3 [N, K], X.weight_scale uint8 [N, K / 32] (E8M0)
 // Decoded as compressed-tensors' own decompressors compute (view/codecs/compressed_tensors.cpp):
-// float and pack formats in the scale's dtype, NVFP4 and MX in bfloat16 whatever the model's dtype.
+// float and pack formats in the scale's dtype, NVFP4 and MX (MXFP4, MXFP6, MXFP8) in bfloat16
+// whatever the model's dtype.
 // activation order (`weight_g_idx`) is neither written nor read by 0.20.0: refused.
 #include <string>
 
@@ -46,7 +51,8 @@ std::vector<std::pair<uint32_t, uint32_t>> ct_pairs(const Metadata& md, const Na
 // The formats view/codecs/compressed_tensors.cpp decodes.
 bool ct_format_read(const std::string& format) {
   return format == "float-quantized" || format == "naive-quantized" || format == "pack-quantized" ||
-         format == "nvfp4-pack-quantized" || format == "mxfp4-pack-quantized" || format == "mxfp8-quantized";
+         format == "nvfp4-pack-quantized" || format == "mxfp4-pack-quantized" || format == "mxfp6-pack-quantized" ||
+         format == "mxfp8-quantized";
 }
 
 namespace {
@@ -105,6 +111,7 @@ const Codec& compressed_tensors_codec() {
         {"compressed-tensors float-quantized float16", "", "", D::Float8_E4M3FN, D::Float16, false},
         {"compressed-tensors nvfp4-pack-quantized", "", "", D::UInt8, D::Float8_E4M3FN, false},
         {"compressed-tensors mxfp4-pack-quantized", "", "", D::UInt8, D::UInt8, false},
+        {"compressed-tensors mxfp6-pack-quantized", "", "", D::UInt8, D::UInt8, false},
         {"compressed-tensors mxfp8-quantized", "", "", D::Float8_E4M3FN, D::UInt8, false},
     };
     c.explains = ct_explains;

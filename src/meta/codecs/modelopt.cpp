@@ -7,9 +7,15 @@
 //                       of compressed-tensors' global scale); NVFP4 (W4A4) adds X.input_scale
 //   FP8                 X.weight e4m3 [N, K], X.weight_scale float32 [], X.input_scale float32 []
 //   MXFP8               X.weight e4m3 [N, K], X.weight_scale uint8 [N, K / 32] (E8M0)
+//   fp8_pb_wo           X.weight e4m3 [N, K], X.weight_scale float32 [ceil(N / 128), 1, ceil(K / 128), 1]
+//                       (FP8_2D_BLOCKWISE_WEIGHT_ONLY_CFG: one scale a 128x128 block, the last ones cut
+//                       short; the quant_algo in lower case as 0.47.0's export writes its
+//                       QUANTIZATION_FP8_PB_WO; FP8_PB_WO, as published configs spell it, read alike;
+//                       a scale of [ceil(N / 128), ceil(K / 128)] too, the shape its dequantize takes)
 // Decoded as ModelOpt's own QTensor.dequantize computes (view/codecs/modelopt.cpp), in float32:
 // NVFP4 e2m1 * (float32(scale) * weight_scale_2), the code of -0 read as +0.0; MXFP8 q * 2^(e-127);
-// FP8 q * weight_scale. The activation scales leave with the weight: a dequantized model has none.
+// FP8 q * weight_scale; fp8_pb_wo q * its block's scale. The activation scales leave with the weight: a dequantized
+// model has none.
 #include <algorithm>
 #include <string>
 
@@ -19,7 +25,8 @@ namespace dcpctl {
 
 // The quant_algo values view/codecs/modelopt.cpp decodes.
 bool modelopt_algo_read(const std::string& algo) {
-  return algo == "NVFP4" || algo == "W4A16_NVFP4" || algo == "FP8" || algo == "MXFP8";
+  return algo == "NVFP4" || algo == "W4A16_NVFP4" || algo == "FP8" || algo == "MXFP8" || algo == "fp8_pb_wo" ||
+         algo == "FP8_PB_WO";
 }
 
 namespace {

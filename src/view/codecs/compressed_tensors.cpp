@@ -2,7 +2,8 @@
 // each quantized weight read as compressed-tensors 0.20.0's own decompressors compute it
 // (compressors/*/base.py, quantization/lifecycle/forward_helpers.py `_dequantize`: scale / global
 // first, then (q - zero point) and * scale, each rounded to the scale's dtype; NVFP4 and MX decode in
-// bfloat16 (unpack_fp4_from_uint8's default, decompress_mx_scale's 2^(e-127) in bfloat16)); the
+// bfloat16 (unpack_fp4_from_uint8's and unpack_fp6_from_uint8's default, decompress_mx_scale's
+// 2^(e-127) in bfloat16)); the
 // values are then float32 that hold exactly those, so --dtype float32 writes its bytes and --dtype
 // bfloat16 the same values cast. tests/interop/quant_producers.py's ct_formula writes the same rules
 // in torch and checks them against the decompressors.
@@ -303,6 +304,41 @@ DecodedTensor decode_ct_fp4(CtWeight& in) {
   return d;
 }
 
+// E2M3's value of a 6-bit code (compressors/mxfp6/helpers.py kE2M3ToFloat, the sign bit 5): m / 8
+// for the first 8 magnitudes, (1 + m / 8) 2^e above.
+float e2m3_value(uint32_t code) {
+  const uint32_t c = code & 0x1F;
+  const float mag = c < 8 ? c / 8.0f : std::ldexp(1.0f + (c & 7) / 8.0f, static_cast<int>(c >> 3) - 1);
+  return code & 0x20 ? -mag : mag;
+}
+
+// mxfp6-pack-quantized: four E2M3 codes in three bytes (unpack_fp6_from_uint8), an E8M0 scale per 32;
+// MXFP6PackedCompressor.decompress's dequantize in bfloat16.
+DecodedTensor decode_ct_fp6(CtWeight& in) {
+  const Checkpoint& ck = in.ck;
+  const TensorMeta &w = in.w, &s = in.s;
+  const int64_t N = w.shape[0], bytes = w.shape[1], K = bytes / 3 * 4;
+  if (*w.dtype != DType::UInt8 || bytes % 3) ct_misshapen(ck, w, w.fqn, "uint8 (four E2M3 codes in three bytes)");
+  if (K % 32 || s.dtype != DType::UInt8 || s.shape != std::vector<int64_t>{N, K / 32})
+    ct_misshapen(ck, s, w.fqn, "uint8 (E8M0) [" + std::to_string(N) + ", " + std::to_string(K / 32) + "]");
+  DecodedTensor d = row_decoded(
+      ck, in.name, w, in.aux, K,
+      [=](const uint8_t* p, int64_t r0, int64_t rows, const std::vector<std::vector<uint8_t>>& a, float* out) {
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t j = 0; j < K; j += 4) {
+            const uint8_t* b = p + r * bytes + j / 4 * 3;
+            const uint32_t word = b[0] | (b[1] << 8) | (static_cast<uint32_t>(b[2]) << 16);
+            const float scale = mx_scale(a[0][(r0 + r) * (K / 32) + j / 32]);
+            for (int k = 0; k < 4; ++k) out[r * K + j + k] = round_bf16(e2m3_value(word >> (6 * k) & 0x3F) * scale);
+          }
+      });
+  ScaleGrid g = scale_grid(s, 1, 32);
+  g.e8m0 = true;
+  d.bound = ct_bound(ck, compressed_tensors_codec(), d.meta, std::move(g), e2m3_half_step, 0x1p-8,
+                     "s = 2^(weight_scale - 127) per 32 values; E2M3 grid");
+  return d;
+}
+
 // mxfp8-quantized: float8_e4m3fn, an E8M0 scale per 32.
 DecodedTensor decode_ct_mxfp8(CtWeight& in) {
   const Checkpoint& ck = in.ck;
@@ -339,6 +375,7 @@ DecodedTensor decode_ct(const Checkpoint& ck, const TensorMeta& w, const TensorM
   if (sc.format == "float-quantized" || sc.format == "naive-quantized") return decode_ct_float(in);
   if (sc.format == "pack-quantized") return decode_ct_packed(in);
   if (sc.format == "nvfp4-pack-quantized" || sc.format == "mxfp4-pack-quantized") return decode_ct_fp4(in);
+  if (sc.format == "mxfp6-pack-quantized") return decode_ct_fp6(in);
   return decode_ct_mxfp8(in);
 }
 

@@ -4,6 +4,7 @@
 #include <unordered_map>
 
 #include "meta/derived.h"
+#include "meta/readers.h"
 #include "util/error.h"
 #include "view/codecs/codecs.h"
 #include "view/codecs/quantized.h"
@@ -140,6 +141,8 @@ Checkpoint decoded_view(const Checkpoint& ck, const NameIndex& by_name, const st
 
 std::optional<Checkpoint> dequantized_view(const Checkpoint& ck, std::optional<DType> cast, const ModelConfig& model) {
   if (!cast) return std::nullopt;
+  // A layout whose tensors hold their own scales (a GGUF's block types): its module decodes them.
+  if (auto decode = layout_reader(ck.layout).decode_opaque) return decode(ck);
   const std::string what = std::string("--dtype ") + torch_name(*cast);
   refuse_unexplained_scheme(ck, model, what);
   const Metadata& md = ck.md;

@@ -24,6 +24,35 @@ bool mo_applies(const QuantConfig& qc) {
                         dims_text(w.shape) + ": " + want + " expected");
 }
 
+// FP8_PB_WO (FP8_2D_BLOCKWISE_WEIGHT_ONLY_CFG): one float32 scale a 128x128 block, cut at the edges;
+// export_hf_checkpoint writes it [ceil(N/128), 1, ceil(K/128), 1], FP8QTensor.dequantize takes it as
+// [ceil(N/128), ceil(K/128)] (the same values in the same order): float32(q) * scale.
+DecodedTensor decode_mo_fp8_blocks(const Checkpoint& ck, const TensorMeta& w, const TensorMeta& s,
+                                   const std::vector<const TensorMeta*>& aux) {
+  constexpr int64_t kBlock = 128;
+  const int64_t N = w.shape[0], K = w.shape[1], rb = (N + kBlock - 1) / kBlock, cb = (K + kBlock - 1) / kBlock;
+  if (s.dtype != DType::Float32 ||
+      (s.shape != std::vector<int64_t>{rb, 1, cb, 1} && s.shape != std::vector<int64_t>{rb, cb}))
+    mo_misshapen(ck, s, w,
+                 "float32 [" + std::to_string(rb) + ", 1, " + std::to_string(cb) + ", 1] or [" + std::to_string(rb) +
+                     ", " + std::to_string(cb) + "] (one scale a 128x128 block)");
+  DecodedTensor d = row_decoded(
+      ck, w.fqn, w, aux, K,
+      [K, cb](const uint8_t* p, int64_t r0, int64_t rows, const std::vector<std::vector<uint8_t>>& a, float* out) {
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t j = 0; j < K; ++j)
+            out[r * K + j] =
+                e4m3fn_to_f32(p[r * K + j]) * float_at(a[0], DType::Float32, ((r0 + r) / kBlock) * cb + j / kBlock);
+      });
+  d.consumed.erase(d.consumed.begin());
+  TensorMeta grid = s;  // the bound's grid as [rb, cb]: the export's [rb, 1, cb, 1] holds the same values
+  if (s.ndim() == 4 && s.num_chunks() == 1) grid.shape = {rb, cb}, grid.chunk_dims = {0, 0, rb, cb};
+  d.bound = std::make_shared<ElementBound>(ck.metadata_path, modelopt_codec(), d.meta, scale_grid(grid, kBlock, kBlock),
+                                           e4m3_half_ulp, 0.0, 0.0,
+                                           "s = weight_scale (float32, per 128x128 block); e4m3 grid");
+  return d;
+}
+
 DecodedTensor decode_modelopt(const Checkpoint& ck, const TensorMeta& w, const TensorMeta& s, const QuantConfig& qc) {
   const std::string algo = qc.raw.value("quant_algo", "");
   const std::string module = w.fqn.substr(0, w.fqn.size() - 7);
@@ -85,6 +114,7 @@ DecodedTensor decode_modelopt(const Checkpoint& ck, const TensorMeta& w, const T
                                              "s = 2^(weight_scale - 127) per 32 values; e4m3 grid");
     return d;
   }
+  if (algo == "fp8_pb_wo" || algo == "FP8_PB_WO") return decode_mo_fp8_blocks(ck, w, s, aux);
   if (algo == "FP8") {
     if (s.dtype != DType::Float32 || s.numel() != 1) mo_misshapen(ck, s, w, "float32 [] (one scale)");
     DecodedTensor d = row_decoded(
@@ -99,9 +129,9 @@ DecodedTensor decode_modelopt(const Checkpoint& ck, const TensorMeta& w, const T
                                        0.0, 0.0, "s = weight_scale (float32, per tensor); e4m3 grid");
     return d;
   }
-  throw UnsupportedError(
-      Where(ck.metadata_path, std::nullopt, w.fqn),
-      "ModelOpt quant_algo '" + algo + "' (" + qc.path + "): dcpctl decodes NVFP4, W4A16_NVFP4, FP8 and MXFP8");
+  throw UnsupportedError(Where(ck.metadata_path, std::nullopt, w.fqn),
+                         "ModelOpt quant_algo '" + algo + "' (" + qc.path +
+                             "): dcpctl decodes NVFP4, W4A16_NVFP4, FP8, MXFP8 and FP8_PB_WO (fp8_pb_wo)");
 }
 
 }  // namespace
