@@ -1,0 +1,23 @@
+// dcpctl._dcpctl: the extension under the Python package dcpctl (python/dcpctl/__init__.py, which
+// is the API and its documentation; docs/python.md). It registers the modules this build holds
+// (cmd/modules.cpp does the same for the command line: the GGUF reader), the error translation,
+// the checkpoint reader and the commands.
+#include <nanobind/nanobind.h>
+
+#include "python/checkpoint.h"
+#include "python/commands.h"
+#include "python/errors.h"
+
+#ifdef DCPCTL_WITH_GGUF
+#include "gguf/register.h"
+#endif
+
+NB_MODULE(_dcpctl, m) {
+#ifdef DCPCTL_WITH_GGUF
+  dcpctl::register_gguf();
+#endif
+  dcpctl::py::register_errors();
+  dcpctl::py::bind_checkpoint(m);
+  dcpctl::py::bind_commands(m);
+  m.attr("__version__") = DCPCTL_VERSION;
+}
