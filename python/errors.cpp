@@ -1,6 +1,7 @@
 #include "python/errors.h"
 
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
 
 #include "util/error.h"
 

@@ -1,9 +1,11 @@
 // dcpctl._dcpctl: the extension under the Python package dcpctl (python/dcpctl/__init__.py, which
 // is the API and its documentation; docs/python.md). It registers the modules this build holds
-// (cmd/modules.cpp does the same for the command line: the GGUF reader), the error translation,
+// (cmd/modules.cpp does the same for the command line: the GGUF reader) and the item layer's
+// readers (cmd/app.cpp's main), then the error translation,
 // the checkpoint reader and the commands.
 #include <nanobind/nanobind.h>
 
+#include "item/torch_file.h"
 #include "python/checkpoint.h"
 #include "python/commands.h"
 #include "python/errors.h"
@@ -13,6 +15,7 @@
 #endif
 
 NB_MODULE(_dcpctl, m) {
+  dcpctl::install_item_readers();  // the readers of torch.save zips, as cmd/app.cpp installs them
 #ifdef DCPCTL_WITH_GGUF
   dcpctl::register_gguf();
 #endif
