@@ -1,5 +1,5 @@
-// The commands as functions (dcpctl.inspect, verify, stats): the library functions the command
-// line's cmd/inspect.cpp, verify.cpp and stats.cpp call, with the same options, returning the
+// The commands as functions (dcpctl.inspect, verify, stats, diff): the library functions the command
+// line's cmd/inspect.cpp, verify.cpp, stats.cpp and diff.cpp call, with the same options, returning the
 // document their --json prints (as JSON text; dcpctl/__init__.py makes it a dict). Errors are the
 // library's, raised as dcpctl/_errors.py's classes (python/errors.h). The GIL is released while
 // they run.

@@ -19,7 +19,7 @@ from ._errors import CheckpointIOError, DamagedCheckpoint, Error, Unsupported, U
 __version__ = _dcpctl.__version__
 IOError = CheckpointIOError  # the issue's name for exit code 4 (dcpctl.IOError); an OSError too
 
-__all__ = ["open", "Checkpoint", "Slice", "inspect", "verify", "stats", "Error", "UsageError", "DamagedCheckpoint",
+__all__ = ["open", "Checkpoint", "Slice", "inspect", "verify", "stats", "diff", "Error", "UsageError", "DamagedCheckpoint",
            "CheckpointIOError", "IOError", "Unsupported"]
 
 # torch's dtype names (what info() reports) -> (NumPy type name, or the ml_dtypes type's, itemsize).
@@ -281,10 +281,26 @@ def verify(path, *, deep=False, checksum=False, threads=0, max_memory=None, io="
 
 
 def stats(path, *, select="", filter=None, include=None, exclude=None, depth=0, check_finite=False,
-          check_zero=False, threads=4, max_memory=None) -> dict:
+          check_zero=False, threads=4, max_memory=None, progress=None) -> dict:
     """What `dcpctl stats --json PATH` prints, as a dict, with the CLI's options (--select, --filter,
     --include, --exclude, --depth, --check-finite, --check-zero, --threads, --max-memory). The gates'
-    verdicts are in report["checks"]."""
+    verdicts are in report["checks"]. progress: called as progress(bytes_done, bytes_total) from
+    dcpctl's threads as it reads (an exception it raises is raised when the command is over)."""
     mm = "" if max_memory is None else str(_size(max_memory, "max_memory"))
     return _json.loads(_dcpctl._stats(str(path), str(select), _strs(filter), _strs(include), _strs(exclude), int(depth),
-                                      bool(check_finite), bool(check_zero), int(threads), mm))
+                                      bool(check_finite), bool(check_zero), int(threads), mm, progress))
+
+
+def diff(a, b, *, select="", include=None, exclude=None, atol=None, rtol=None, equal_nan=False, ignore_dtype=False,
+         threads=4, max_memory=None, map="", config="", assets="", progress=None) -> dict:
+    """What `dcpctl diff --json A B` prints, as a dict: report["same"] is the verdict (the CLI's exit 0
+    or 1). The CLI's options (--select, --include, --exclude, --atol, --rtol, --equal-nan,
+    --ignore-dtype, --threads, --max-memory, --map, --config, --assets); progress as stats'."""
+    o = _dcpctl._DiffArgs()
+    o.select, o.include, o.exclude = str(select), _strs(include), _strs(exclude)
+    o.atol = -1.0 if atol is None else float(atol)
+    o.rtol = -1.0 if rtol is None else float(rtol)
+    o.equal_nan, o.ignore_dtype, o.threads = bool(equal_nan), bool(ignore_dtype), int(threads)
+    o.max_memory = "" if max_memory is None else str(_size(max_memory, "max_memory"))
+    o.map, o.config, o.assets = str(map), str(config), str(assets)
+    return _json.loads(_dcpctl._diff(str(a), str(b), o, progress))

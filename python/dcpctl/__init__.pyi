@@ -1,6 +1,6 @@
 """Typed stubs of dcpctl's Python API (docs/python.md)."""
 from os import PathLike
-from typing import Any, Iterator, Literal, Optional, Sequence, Union
+from typing import Any, Callable, Iterator, Literal, Optional, Sequence, Union
 
 Framework = Literal["np", "numpy", "pt", "torch"]
 Size = Union[int, str]
@@ -81,5 +81,12 @@ def verify(path: _Path, *, deep: bool = False, checksum: bool = False, threads: 
 def stats(path: _Path, *, select: str = "", filter: Union[None, str, Sequence[str]] = None,
           include: Union[None, str, Sequence[str]] = None, exclude: Union[None, str, Sequence[str]] = None,
           depth: int = 0, check_finite: bool = False, check_zero: bool = False, threads: int = 4,
-          max_memory: Optional[Size] = None) -> dict[str, Any]:
-    """What `dcpctl stats --json` prints."""
+          max_memory: Optional[Size] = None, progress: Optional[Callable[[int, int], None]] = None) -> dict[str, Any]:
+    """What `dcpctl stats --json` prints; progress(bytes_done, bytes_total) as it reads."""
+
+def diff(a: _Path, b: _Path, *, select: str = "", include: Union[None, str, Sequence[str]] = None,
+         exclude: Union[None, str, Sequence[str]] = None, atol: Optional[float] = None, rtol: Optional[float] = None,
+         equal_nan: bool = False, ignore_dtype: bool = False, threads: int = 4, max_memory: Optional[Size] = None,
+         map: str = "", config: str = "", assets: str = "",
+         progress: Optional[Callable[[int, int], None]] = None) -> dict[str, Any]:
+    """What `dcpctl diff --json A B` prints; report["same"] is the verdict."""

@@ -60,3 +60,32 @@ def test_refusal_messages_match_the_cli(fixtures, cli, case, flags, cls):
         dcpctl.inspect(path, filter=list(flags[1:]))
     assert r.returncode == e.value.exit_code
     assert f"dcpctl: error: {e.value}" in r.stderr
+
+
+def test_diff_equals_cli(fixtures, cli, cli_json, tmp_path):
+    """diff of a checkpoint against itself and against its .pt (the CLI's exit 0), and against another
+    (exit 1): the same document as --json, `same` as the exit code."""
+    sample = fixtures / "sample/ckpt"
+    pt = tmp_path / "sample.pt"
+    assert cli("consolidate", sample, "-o", pt).returncode == 0
+    for b, flags, kwargs in ((sample, (), {}), (pt, ("--atol", "0", "--rtol", "0"), {"atol": 0, "rtol": 0}),
+                             (fixtures / "fsdp2_app_state/ckpt", ("--include", "*weight*"), {"include": "*weight*"})):
+        code, want = cli_json("diff", sample, b, *flags)
+        got = dcpctl.diff(sample, b, **kwargs)
+        assert untimed(got) == untimed(want), b
+        assert got["same"] == (code == 0) and code in (0, 1)
+
+
+def test_progress_callback(fixtures):
+    seen = []
+    r = dcpctl.stats(fixtures / "sample/ckpt", progress=lambda done, total: seen.append((done, total)))
+    assert seen and seen[-1][0] == seen[-1][1] > 0 and r["bytes_read"] == seen[-1][1]
+    seen.clear()
+    assert dcpctl.diff(fixtures / "sample/ckpt", fixtures / "sample/ckpt", progress=lambda d, t: seen.append(d))["same"]
+    assert seen
+
+    def boom(done, total):
+        raise RuntimeError("stop here")
+
+    with pytest.raises(RuntimeError, match="stop here"):
+        dcpctl.stats(fixtures / "sample/ckpt", progress=boom)
