@@ -79,7 +79,8 @@ def test_diff_equals_cli(fixtures, cli, cli_json, tmp_path):
 def test_progress_callback(fixtures):
     seen = []
     r = dcpctl.stats(fixtures / "sample/ckpt", progress=lambda done, total: seen.append((done, total)))
-    assert seen and seen[-1][0] == seen[-1][1] > 0 and r["bytes_read"] == seen[-1][1]
+    # From several threads, in any order: the largest count is the total, the bytes read.
+    assert seen and max(d for d, _ in seen) == seen[0][1] == r["bytes_read"] > 0
     seen.clear()
     assert dcpctl.diff(fixtures / "sample/ckpt", fixtures / "sample/ckpt", progress=lambda d, t: seen.append(d))["same"]
     assert seen
