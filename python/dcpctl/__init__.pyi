@@ -2,6 +2,8 @@
 from os import PathLike
 from typing import Any, Callable, Iterator, Literal, Optional, Sequence, Union
 
+__version__: str
+
 Framework = Literal["np", "numpy", "pt", "torch"]
 Size = Union[int, str]
 _Path = Union[str, PathLike]
