@@ -267,8 +267,8 @@ build() {  # build <build dir> [cmake args...]: with every module
   shift
   # shellcheck disable=SC2046  # one word per module
   configure "$dir" $(module_args ON) "$@"
-  log "building $1"
-  cmake --build "$1" -j "$JOBS"
+  log "building $dir"
+  cmake --build "$dir" -j "$JOBS"
 }
 
 # The sanitizer tree: clang, ASan+UBSan, and the libFuzzer targets (tests/fuzz, with their own
