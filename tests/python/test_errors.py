@@ -129,3 +129,18 @@ def test_slice_reads_only_the_chunks_it_meets(tmp_path, fixtures):
                 ck.get_slice(key)[rows - 1:rows + 1]
             checked += 1
         assert checked >= 4
+
+
+def test_object_store_module_registered(tmp_path, cli, monkeypatch):
+    """s3:// reaches the object-store module from Python as from the CLI: with no credentials
+    anywhere (no IMDS), the same CheckpointIOError (exit 4) and message, not the module left out (5)."""
+    import os
+
+    for k in [k for k in os.environ if k.startswith(("AWS_", "GOOGLE_"))]:
+        monkeypatch.delenv(k)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    code, message = cli_error(cli, "stats", "s3://no-such-bucket-dcpctl/ckpt")
+    with pytest.raises(dcpctl.Error) as e:
+        dcpctl.open("s3://no-such-bucket-dcpctl/ckpt")
+    assert code == 4 and type(e.value) is dcpctl.CheckpointIOError and str(e.value) == message
