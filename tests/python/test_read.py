@@ -287,3 +287,17 @@ def test_gil_released_during_a_read(tmp_path):
     ratio, seconds = min(best)
     print(f"\n[measure] during a {seconds * 1e3:.1f} ms get(), the other thread's longest pause was {ratio:.0%} of it")
     assert ratio < 0.75, best
+
+
+@pytest.mark.parametrize("case", ["tc_sync_2r", "tc_safetensors_2r", "tc_strided_4r"])
+def test_torch_checkpointing_equals_its_own_load(fixtures, case):
+    """Folders torch_checkpointing wrote (its module, as the CLI registers it): every tensor equal to
+    what the library's own CheckpointManager.load gave back (expected.safetensors)."""
+    from safetensors.torch import load_file
+
+    want = load_file(str(fixtures / "layouts" / case / "expected.safetensors"))
+    with dcpctl.open(fixtures / "layouts" / case / "ckpt", framework="pt") as ck:
+        assert ck.layout.startswith("torch-checkpointing")
+        assert sorted(ck.keys()) == sorted(want)
+        for key, t in want.items():
+            assert same(ck.get(key), t), key
