@@ -1,8 +1,8 @@
 // dcpctl._dcpctl: the extension under the Python package dcpctl (python/dcpctl/__init__.py, which
 // is the API and its documentation; docs/python.md). It registers the modules this build holds, as
 // cmd/modules.cpp does for the command line (the GGUF reader, the object stores, torch_checkpointing's
-// folders), and the item layer's readers (cmd/app.cpp's main), then binds the error translation, the
-// checkpoint reader and the commands.
+// folders, the LoRA view), and the item layer's readers (cmd/app.cpp's main), then binds the error
+// translation, the checkpoint reader and the commands.
 #include <nanobind/nanobind.h>
 
 #include "item/torch_file.h"
@@ -19,6 +19,9 @@
 #ifdef DCPCTL_WITH_TORCH_CHECKPOINTING
 #include "torch_checkpointing/register.h"
 #endif
+#ifdef DCPCTL_WITH_LORA
+#include "lora/register.h"
+#endif
 
 NB_MODULE(_dcpctl, m) {
   dcpctl::install_item_readers();  // the readers of torch.save zips, as cmd/app.cpp installs them
@@ -30,6 +33,9 @@ NB_MODULE(_dcpctl, m) {
 #endif
 #ifdef DCPCTL_WITH_TORCH_CHECKPOINTING
   dcpctl::register_torch_checkpointing();
+#endif
+#ifdef DCPCTL_WITH_LORA
+  dcpctl::register_lora();  // no read of Python's needs it yet: registered so that the tables are the CLI's
 #endif
   dcpctl::py::register_errors();
   dcpctl::py::bind_checkpoint(m);
