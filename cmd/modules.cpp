@@ -1,6 +1,8 @@
 // The modules this build holds, registered in the core's tables before the command line is built
 // (their formats' options become consolidate's, their readers open their files). The one place
-// that names them: the core does not (src/CMakeLists.txt, "the modules").
+// that names them: the core does not (src/CMakeLists.txt, "the modules"). The Python module
+// registers the same list (python/module.cpp, python/CMakeLists.txt): a module added here goes there
+// too (tests/python/test_read.py reads a file of each).
 #include "cmd/commands.h"
 
 #ifdef DCPCTL_WITH_GGUF

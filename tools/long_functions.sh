@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 min=${1:-100}
 command -v ctags >/dev/null || { echo "needs Universal Ctags (apt-get install universal-ctags)" >&2; exit 2; }
-ctags --languages=C++ --kinds-C++=f --fields=+ne -R -f - src cmd |
+ctags --languages=C++ --kinds-C++=f --fields=+ne -R -f - src cmd python |
   awk -F'\t' -v min="$min" '{
     l = 0; e = 0
     for (i = 4; i <= NF; i++) { if ($i ~ /^line:/) l = substr($i, 6); if ($i ~ /^end:/) e = substr($i, 5) }

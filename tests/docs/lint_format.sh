@@ -13,7 +13,7 @@ cd "$1"
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
   mapfile -t files < <(git ls-files '*.cpp' '*.h' '*.cu' '*.hpp')
 else  # an unpacked source archive
-  mapfile -t files < <(find bench cmd src tests tools -name '*.cpp' -o -name '*.h' -o -name '*.cu' -o -name '*.hpp' | sort)
+  mapfile -t files < <(find bench cmd python src tests tools -name '*.cpp' -o -name '*.h' -o -name '*.cu' -o -name '*.hpp' | sort)
 fi
 [ "${#files[@]}" -ge 300 ] || fail "only ${#files[@]} C++ sources found under $1"
 passed

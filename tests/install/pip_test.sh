@@ -6,8 +6,9 @@
 # whose torch is the pinned one) must put a working `dcpctl` in that environment's bin/, the man
 # page and completions under its share/, the LibTorch plugin in its lib/dcpctl/ pointing at the
 # environment's torch (RUNPATH relative to the plugin first). Its outputs must be byte-identical
-# to the build tree's binary's. `pip wheel` must make a py3-none-linux_x86_64 wheel requiring the
-# torch minor release it was built against. The package is uninstalled at the end (also on failure).
+# to the build tree's binary's; `import dcpctl` must load the Python package (docs/python.md) from the
+# same install. `pip wheel` must make a wheel tagged for the extension (cp312-abi3, or the Python's
+# own version before 3.12) requiring the torch minor release it was built against. The package is uninstalled at the end (also on failure).
 #
 # The build is pip's (scikit-build-core, pyproject.toml), with what CMake is given taken from
 # BUILD_DIR: its compilers, generator, build type and -Werror, in SOURCE_DIR/build-pip-test/ (as
@@ -23,8 +24,8 @@ py=${1:-}
 src=$(cd "$2" && pwd)
 build=$(cd "$3" && pwd)
 [ -n "$py" ] && [ -x "$py" ] || skip_or_fail "no virtualenv python ('$py')"
-"$py" -c "import torch, scikit_build_core" 2>/dev/null ||
-  skip_or_fail "$py lacks torch or scikit-build-core (tools/requirements.txt; tools/dev.sh setup)"
+"$py" -c "import torch, scikit_build_core, nanobind" 2>/dev/null ||
+  skip_or_fail "$py lacks torch, scikit-build-core or nanobind (tools/requirements.txt; tools/dev.sh setup)"
 venv=$("$py" -c "import sys; print(sys.prefix)")
 torch_mm=$("$py" -c "import torch; print('.'.join(torch.__version__.split('+')[0].split('.')[:2]))")
 
@@ -97,12 +98,28 @@ for f in all.pt model.safetensors; do
   checked
 done
 
+# The Python package from the same install: `import dcpctl` (the extension beside its Python files in
+# the environment's site-packages), a tensor read and verify --deep called in process.
+run "$py" - "$sample" "$venv" <<'PY' || fail "import dcpctl from the installed package"
+import sys, os, dcpctl
+sample, venv = sys.argv[1], sys.argv[2]
+assert os.path.realpath(dcpctl.__file__).startswith(os.path.realpath(venv)), dcpctl.__file__
+with dcpctl.open(sample) as ck:
+    a = ck.get(ck.keys()[0], dtype="float32")
+    assert a.shape == tuple(ck.info(ck.keys()[0])["shape"]), a.shape
+assert dcpctl.verify(sample, deep=True)["ok"]
+print("import dcpctl:", dcpctl.__version__, dcpctl.__file__)
+PY
+checked
+
 # pip wheel: tag and torch constraint (the build directory is reused: no rebuild).
 if "$py" -m pip wheel --no-build-isolation --no-deps "${config[@]}" -w "$tmp/wheel" "$src" >"$tmp/wheel.log" 2>&1; then
   whl=$(ls "$tmp/wheel"/dcpctl-*.whl)
+  # The extension's tag (pyproject.toml's wheel.py-api): CPython's stable ABI from 3.12, else the version's own.
+  tag=$("$py" -c 'import sys; v = sys.version_info; print("cp312-abi3" if v >= (3, 12) else f"cp{v[0]}{v[1]}-cp{v[0]}{v[1]}")')
   case "$(basename "$whl")" in
-    dcpctl-*-py3-none-linux_x86_64.whl) ;;
-    *) fail "wheel is tagged $(basename "$whl"), want py3-none-linux_x86_64" ;;
+    dcpctl-*-"$tag"-linux_x86_64.whl) ;;
+    *) fail "wheel is tagged $(basename "$whl"), want $tag-linux_x86_64" ;;
   esac
   "$py" - "$whl" "$torch_mm" <<'PY' || fail "the wheel's METADATA does not require torch==$torch_mm.*"
 import sys, zipfile
@@ -123,12 +140,14 @@ fi
 checked
 [ ! -e "$exe" ] && [ ! -e "$plugin" ] || fail "pip uninstall left $exe or $plugin behind"
 checked
+(cd "$tmp" && "$py" -c "import dcpctl" 2>/dev/null) && fail "pip uninstall left the dcpctl package importable"
+checked
 
 if [ "$fails" -ne 0 ]; then
   echo "$fails failure(s)" >&2
   exit 1
 fi
-# 6 files installed, 8 checks of the installed dcpctl and the uninstall (the plugin's RUNPATH and the
+# 6 files installed, 10 checks of the installed dcpctl, its Python package and the uninstall (the plugin's RUNPATH and the
 # wheel's METADATA where they apply: not counted here)
-checks_at_least 14
+checks_at_least 16
 echo "ok: pip install --no-build-isolation puts a working dcpctl on the environment's PATH"
