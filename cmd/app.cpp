@@ -10,6 +10,7 @@
 #include "cmd/exit_codes.h"
 #include "cmd/version.h"
 #include "item/torch_file.h"
+#include "modules/modules.h"
 #include "store/upload.h"
 #include "util/error.h"
 #include "write/manifest.h"

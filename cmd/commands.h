@@ -21,11 +21,6 @@ const std::vector<Command>& commands();
 
 // Builds the whole CLI model (used by main and by `generate`).
 void build_app(CLI::App& app, RunFn& run);
-// Registers the modules this build holds (cmd/modules.cpp); build_app calls it first. Once.
-void register_modules();
-// What a module this build left out would have written to `output` ("a .gguf output is written
-// by the GGUF module ..., configure it with ..."), for the refusal (exit 5); "" when none.
-std::string module_left_out(const std::string& output);
 
 // Output conventions shared by subcommands.
 bool stderr_is_tty();

@@ -16,6 +16,7 @@
 #include "cmd/subcommands.h"
 #include "cmd/write_options.h"
 #include "meta/checkpoint.h"
+#include "modules/modules.h"
 #include "plan/format.h"
 #include "store/file.h"
 #include "util/error.h"

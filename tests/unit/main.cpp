@@ -3,7 +3,7 @@
 // a CTest test that ran no assertion (a file tag matching no case) fails there and in ledger-judge;
 // --warn NoAssertions fails a case without one here (docs/testing.md#no-test-passes-on-nothing).
 // The listener also registers the modules this build holds before any case runs, as the binary
-// does before its command line (cmd/modules.cpp): each CTest test runs one file's cases, so no case
+// does before its command line (src/modules/modules.cpp): each CTest test runs one file's cases, so no case
 // may count on another file's having registered them (a .gguf opened by open_checkpoint is refused
 // as a layout whose module is left out until register_gguf() has run).
 #define CATCH_CONFIG_MAIN

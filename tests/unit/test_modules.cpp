@@ -2,7 +2,7 @@
 // core: each refused where it is met, with exit 5 naming the module and the option that builds it,
 // then served once its register function (or, here, a stand-in) has run. This process (one per
 // test file) registers none of them but GGUF (tests/unit/main.cpp); the binary's is
-// cmd/modules.cpp.
+// src/modules/modules.cpp.
 #include <catch2/catch.hpp>
 
 #include <optional>

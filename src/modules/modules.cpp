@@ -1,9 +1,4 @@
-// The modules this build holds, registered in the core's tables before the command line is built
-// (their formats' options become consolidate's, their readers open their files). The one place
-// that names them: the core does not (src/CMakeLists.txt, "the modules"). The Python module
-// registers the same list (python/module.cpp, python/CMakeLists.txt): a module added here goes there
-// too (tests/python/test_read.py reads a file of each).
-#include "cmd/commands.h"
+#include "modules/modules.h"
 
 #ifdef DCPCTL_WITH_GGUF
 #include "gguf/register.h"
@@ -18,7 +13,7 @@
 #include "lora/register.h"
 #endif
 
-namespace dcpctl::cli {
+namespace dcpctl {
 
 void register_modules() {
 #ifdef DCPCTL_WITH_GGUF
@@ -46,4 +41,4 @@ std::string module_left_out(const std::string& output) {
   return "";
 }
 
-}  // namespace dcpctl::cli
+}  // namespace dcpctl
