@@ -58,10 +58,7 @@ void check_zero_drops(const Checkpoint& in, const MappedModel& mm) {
   throw UnsupportedError(Where(in.dir), text);
 }
 
-}  // namespace
-
-namespace {
-
+// The LoRA module's view maker (install_lora_view); null without the module.
 std::atomic<LoraViewMaker> g_lora_view{nullptr};
 
 }  // namespace
