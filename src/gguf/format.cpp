@@ -474,16 +474,16 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
       if (k > 0 && shard_[k - 1] != f && outs_[shard_[k - 1]]) end_shard(job, shard_[k - 1]);
       if (!outs_[f]) continue;  // kept from a stopped run (write/resume.h)
       pad_to(*outs_[f], headers_[f].size() + offsets_[k]);
-      auto put = [&](const std::vector<uint8_t>& enc) {
-        outs_[f]->append(enc.data(), enc.size());
-        ex.prog.add(enc.size());
+      auto put = [&](const uint8_t* enc, size_t n) {
+        outs_[f]->append(enc, n);
+        ex.prog.add(n);
       };
       const uint64_t row = tp.shape.empty() ? 1 : static_cast<uint64_t>(tp.shape.back());
       if (tp.inputs.empty()) {  // values the converter computes (rope_freqs): a few floats, whole
         GateReservation hold(ex.gate, window_need(plan, tp, derived, 1));
         std::vector<uint8_t> enc(gguf::tensor_bytes(tp.type, tp.values.size(), row));
         gguf::encode(tp.type, tp.values.data(), tp.values.size(), enc.data());
-        put(enc);
+        put(enc.data(), enc.size());
         continue;
       }
       const uint64_t units = window_units(plan, tp, derived);
@@ -505,8 +505,10 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
             b = gguf::permute_rows(b.data(), m, bytes, 1, heads), s = gguf::permute_rows(s.data(), m, blocks, 1, heads);
             b.resize(static_cast<size_t>(step * bytes)), s.resize(static_cast<size_t>(step * blocks));
           }
-          put(tp.type == gguf::TensorType::NVFP4 ? gguf::nvfp4_pack(b.data(), s.data(), m, bytes * 2)
-                                                 : gguf::mxfp4_pack(b.data(), s.data(), m, bytes * 2));
+          const std::vector<uint8_t> enc = tp.type == gguf::TensorType::NVFP4
+                                               ? gguf::nvfp4_pack(b.data(), s.data(), m, bytes * 2)
+                                               : gguf::mxfp4_pack(b.data(), s.data(), m, bytes * 2);
+          put(enc.data(), enc.size());
         }
       }
       if (tp.packed) continue;
@@ -521,7 +523,8 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
           const int64_t m = std::min<int64_t>(static_cast<int64_t>(units), experts - e);
           read_rows(ex.src, md, blocks, e, m, b.data(), scratch.data());
           read_rows(ex.src, md, scales, e, m, s.data(), scratch.data());
-          put(gguf::mxfp4_rows(tp, b.data(), s.data(), blocks.t->shape, m));
+          const std::vector<uint8_t> enc = gguf::mxfp4_rows(tp, b.data(), s.data(), blocks.t->shape, m);
+          put(enc.data(), enc.size());
         }
         continue;
       }
@@ -568,16 +571,22 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
 
   // A tensor of float inputs: each input in turn (a layer's stacked experts: one after another), a
   // window of whole `units` of its first dimension at a time: read, made float32, moved as the
-  // converter moves its rows, encoded, handed to `put` after the window before. The buffers are
-  // kept from window to window (a fresh one would fault in its pages each time); the casts and
-  // the encoding run on every core (gguf/simd.h's encode_parallel).
+  // converter moves its rows, encoded, handed to `put` after the window before. The casts and the
+  // encoding run on every core (gguf/simd.h's encode_parallel); a window whose rows stay where
+  // they are is cast as it is encoded, a few rows at a time (cast_encode_parallel), with no
+  // float32 copy of it. The buffers (windows_) are kept from window to window and from tensor to
+  // tensor, and only grow: a fresh one would fault in its pages, and a vector grown again after a
+  // smaller tensor would zero its new part, each time (an F16 export spent an eighth of its CPU so).
   template <class Put>
   void float_windows(Executor& ex, const WritePlan& plan, const Metadata& md, const gguf::TensorPlan& tp,
                      uint64_t units, Put&& put) const {
     const uint64_t row = tp.shape.empty() ? 1 : static_cast<uint64_t>(tp.shape.back());
-    std::vector<uint8_t> raw, scratch, enc;
+    std::vector<uint8_t>&raw = windows_.raw, &scratch = windows_.scratch, &enc = windows_.enc;
     std::vector<float> f32;
     const unsigned threads = default_threads();
+    auto at_least = [](std::vector<uint8_t>& b, uint64_t n) {
+      if (b.size() < n) b.resize(n);
+    };
     for (size_t input : tp.inputs) {
       const PlannedTensor& pt = plan.tensors[order_[input]];
       const std::vector<int64_t>& shape = pt.t->shape;
@@ -591,9 +600,19 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
       for (int64_t first = 0; first < dim0; first += step) {
         const int64_t rows = std::min(step, dim0 - first);
         const uint64_t n = static_cast<uint64_t>(rows) * per_index;
-        raw.resize(n * item);
-        scratch.resize(n * item);
+        at_least(raw, n * item);
+        at_least(scratch, n * item);
         read_rows(ex.src, md, pt, first, shape.empty() ? 1 : rows, raw.data(), scratch.data());
+        at_least(enc, gguf::tensor_bytes(tp.type, n, row));
+        if (fp8 == fp8_.end() && !gguf::moves_rows(tp) && tp.shift == 0) {  // the rows as they are
+          const uint64_t bytes = gguf::tensor_bytes(tp.type, n, row);
+          if (pt.src == DType::Float32)
+            gguf::encode_parallel(tp.type, reinterpret_cast<const float*>(raw.data()), n, row, enc.data(), threads);
+          else
+            gguf::cast_encode_parallel(tp.type, pt.src, raw.data(), n, row, enc.data(), threads);
+          put(enc.data(), bytes);
+          continue;
+        }
         f32.resize(n);
         if (fp8 != fp8_.end()) {  // dequant_simple: float32(weight) * float32(scale), the fp8-block codec's product
           const PlannedTensor& st = plan.tensors[fp8->second.scale];
@@ -607,9 +626,10 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
         }
         std::vector<float> out = gguf::convert_rows(tp, std::move(f32), shape, rows);
         if (tp.shift != 0 && pt.src == DType::Float16) gguf::round_to_half(out);
-        enc.resize(gguf::tensor_bytes(tp.type, out.size(), row));
+        const uint64_t bytes = gguf::tensor_bytes(tp.type, out.size(), row);
+        at_least(enc, bytes);
         gguf::encode_parallel(tp.type, out.data(), out.size(), row, enc.data(), threads);
-        put(enc);
+        put(enc.data(), bytes);
         f32 = std::move(out);
       }
     }
@@ -741,6 +761,12 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
   std::vector<uint64_t> data_bytes_;
   std::vector<std::unique_ptr<OutputFile>> outs_;  // null: a shard kept from a stopped run
   std::unique_ptr<OutputDir> staging_;             // a journaled split's (write/resume.h)
+  // float_windows' buffers, kept from tensor to tensor (each grows to the largest window's bytes
+  // as saved, their scratch and its encoding: within the plan's largest_need).
+  struct WindowBuffers {
+    std::vector<uint8_t> raw, scratch, enc;
+  };
+  mutable WindowBuffers windows_;
 };
 
 }  // namespace

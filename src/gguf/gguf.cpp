@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 #include <stdexcept>
+#include <vector>
 
 #include "gguf/quants.h"
 #include "gguf/simd.h"
@@ -322,6 +323,34 @@ void encode_parallel(TensorType t, const float* x, size_t n, uint64_t row, uint8
   parallel_for(parts, threads, [&](size_t p) {
     const uint64_t first = p * per, m = std::min(per, rows - first);
     encode_via(isa, t, x + first * row, m * row, out + p * part_bytes);
+  });
+}
+
+void cast_encode_parallel(TensorType t, DType from, const uint8_t* src, size_t n, uint64_t row, uint8_t* out,
+                          unsigned threads) {
+  // The parts of encode_parallel, each cast and encoded kCastElems elements (whole rows, at least
+  // one) at a time: the float32 buffer of 64 KiB stays in the core's cache.
+  constexpr uint64_t kPartElems = 256 << 10, kCastElems = 16 << 10;
+  row = std::max<uint64_t>(row, 1);
+  const uint64_t rows = n / row, per = std::max<uint64_t>(1, kPartElems / row);
+  if (rows * row != n) {  // not whole rows (a logic error of the caller's): the whole cast, then encoded
+    std::vector<float> x(n);
+    cast_elements(from, DType::Float32, src, reinterpret_cast<uint8_t*>(x.data()), n);
+    return encode_via(best_encode_isa(), t, x.data(), n, out);
+  }
+  const uint64_t parts = (rows + per - 1) / per, step = std::max<uint64_t>(1, kCastElems / row);
+  const uint64_t item = itemsize(from), part_bytes = tensor_bytes(t, per * row, row);
+  const EncodeIsa isa = best_encode_isa();
+  parallel_for(parts, std::max(threads, 1u), [&](size_t p) {
+    const uint64_t first = p * per, m = std::min(per, rows - first);
+    std::vector<float> x(std::min(step, m) * row);
+    uint8_t* dst = out + p * part_bytes;
+    for (uint64_t r = 0; r < m; r += step) {
+      const uint64_t k = std::min(step, m - r), elems = k * row;
+      cast_elements(from, DType::Float32, src + (first + r) * row * item, reinterpret_cast<uint8_t*>(x.data()), elems);
+      encode_via(isa, t, x.data(), elems, dst);
+      dst += tensor_bytes(t, elems, row);
+    }
   });
 }
 

@@ -22,6 +22,7 @@
 #include <cstdint>
 
 #include "gguf/gguf.h"
+#include "util/dtype.h"
 
 namespace dcpctl::gguf {
 
@@ -42,5 +43,13 @@ void encode_via(EncodeIsa isa, TensorType t, const float* x, size_t n, uint8_t* 
 bool encode_avx2(TensorType t, const float* x, size_t n, uint8_t* out);
 
 void encode_parallel(TensorType t, const float* x, size_t n, uint64_t row, uint8_t* out, unsigned threads);
+
+// encode_parallel of `n` elements of type `from`, each cast to float32 as util/numeric.h's
+// cast_elements casts it: a few rows at a time into a buffer of the worker's own, small enough to
+// stay in its cache, then encoded from there. The same bytes as casting the whole to float32 and
+// encoding that, without the float32 copy of the window (twice the bytes of a 16-bit source,
+// written and read back through memory).
+void cast_encode_parallel(TensorType t, DType from, const uint8_t* src, size_t n, uint64_t row, uint8_t* out,
+                          unsigned threads);
 
 }  // namespace dcpctl::gguf

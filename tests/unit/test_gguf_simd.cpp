@@ -7,6 +7,7 @@
 // (unit:scalar-paths), where encode() and the --quantize kernels take the scalar paths.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -17,6 +18,7 @@
 
 #include "gguf/gguf.h"
 #include "gguf/simd.h"
+#include "util/numeric.h"
 
 using namespace dcpctl::gguf;
 
@@ -149,6 +151,41 @@ TEST_CASE("gguf_simd: the parallel encoding is the serial one, part for part") {
       std::vector<uint8_t> par(serial.size(), 0xAA);
       encode_parallel(t, x.data(), x.size(), row, par.data(), threads);
       CHECK(par == serial);
+    }
+  }
+}
+
+// cast_encode_parallel (a few rows cast at a time, in the worker's cache) against the whole window
+// cast to float32 and encoded: rows shorter than the cast's step (many a step), longer than it (one
+// a step, 40,960 elements), a part that ends inside a step, and the specials in the source.
+TEST_CASE("gguf_simd: casting as it encodes is casting the window, then encoding it") {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal;
+  for (uint64_t row : {uint64_t{256}, uint64_t{2048}, uint64_t{6144}, uint64_t{40960}}) {
+    const uint64_t rows = (700 << 10) / row + 3;
+    std::vector<float> x(row * rows);
+    for (float& v : x) v = normal(rng) * 3.0f;
+    const std::vector<float> sp = specials();
+    std::copy(sp.begin(), sp.end(), x.begin() + static_cast<long>(row / 2));
+    for (dcpctl::DType from : {dcpctl::DType::BFloat16, dcpctl::DType::Float16}) {
+      std::vector<uint8_t> src(x.size() * 2);
+      dcpctl::cast_elements(dcpctl::DType::Float32, from, reinterpret_cast<const uint8_t*>(x.data()), src.data(),
+                            x.size());
+      std::vector<float> wide(x.size());
+      dcpctl::cast_elements(from, dcpctl::DType::Float32, src.data(), reinterpret_cast<uint8_t*>(wide.data()),
+                            x.size());
+      for (TensorType t : {TensorType::F16, TensorType::BF16, TensorType::Q8_0, TensorType::Q4_K}) {
+        CAPTURE(row, type_name(t), dcpctl::torch_name(from));
+        std::vector<uint8_t> want(tensor_bytes(t, x.size(), row));
+        encode(t, wide.data(), wide.size(), want.data());
+        for (unsigned threads : {1u, 2u, 3u}) {
+          std::vector<uint8_t> got(want.size(), 0xAA);
+          cast_encode_parallel(t, from, src.data(), x.size(), row, got.data(), threads);
+          // (the first differing byte, not the vectors: Catch would print megabytes of them)
+          const auto diff = std::mismatch(got.begin(), got.end(), want.begin());
+          CHECK(diff.first - got.begin() == static_cast<long>(got.size()));
+        }
+      }
     }
   }
 }
