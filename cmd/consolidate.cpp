@@ -10,6 +10,7 @@
 #include <iostream>
 #include <mutex>
 
+#include "args/consolidate_args.h"
 #include "cmd/distributed.h"
 #include "cmd/format.h"
 #include "cmd/progress.h"
@@ -31,106 +32,10 @@ namespace dcpctl::cli {
 
 using nlohmann::json;
 
-struct ConsolidateCliOptions : WriteCliOptions {
-  std::string format, max_shard_size, assets;
-  int64_t iteration = -1;
-  // The values of the formats' own options (plan/format.h FormatOption: a GGUF's --outtype), by flag.
-  FormatOptionValues format_options;
-  std::string lora = "keep", lora_name, lora_config, lora_alpha, lora_base, lora_layout;
-  bool flat = false, keep_unsafe = false, no_lightning_meta = false, parallel_write = false, no_assets = false;
-};
+// The command's options (args/consolidate_args.h) and what the command line adds.
+struct ConsolidateCliOptions : ConsolidateArgs, WriteCliFlags {};
 
 namespace {
-
-// The row --format names, else the one the output's name ends in (plan/format.h `suffixes`): a
-// directory that exists, or --max-shard-size, names a folder.
-const Format* pick_format(const ConsolidateCliOptions& o) {
-  if (!o.format.empty()) {
-    if (const Format* f = formats::by_flag(o.format)) return f;
-    throw UsageError(Where(), "--format must be " + formats::flags());
-  }
-  const std::string& out = o.output;
-  if (!o.max_shard_size.empty())
-    if (const Format* named = formats::by_output(out, false); named && !named->sharded)
-      throw UsageError(Where(out), "--max-shard-size writes a directory of shards; give DIR/ as the output");
-  if (const Format* f = formats::by_output(out, is_directory(out) || !o.max_shard_size.empty())) return f;
-  if (std::string why = module_left_out(out); !why.empty()) throw UnsupportedError(Where(out), why);
-  throw UsageError(Where(out), "cannot tell the output format from the name: use a " + formats::output_names() +
-                                   " output, or --format");
-}
-
-// The formats' own options: each given one must be the chosen format's (else its row's refusal,
-// naming what it goes with), and the row checks their values before anything is read.
-void take_format_options(const ConsolidateCliOptions& o, ConsolidateOptions& co) {
-  for (const auto& [flag, value] : o.format_options) {
-    const bool own = std::any_of(co.format->options.begin(), co.format->options.end(),
-                                 [&, &flag = flag](const FormatOption& fo) { return fo.flag == flag; });
-    if (own) continue;
-    for (const Format* f : formats::all())
-      for (const FormatOption& fo : f->options)
-        if (fo.flag == flag) throw UsageError(Where(o.output), std::string(fo.elsewhere));
-  }
-  if (co.format->check_options) co.format->check_options(o.format_options);
-  co.format_options = o.format_options;
-}
-
-}  // namespace
-
-namespace {
-
-// --lora and its options.
-void take_lora_options(const ConsolidateCliOptions& o, ConsolidateOptions& co) {
-  co.lora.mode = o.lora == "adapter" ? LoraMode::Adapter : o.lora == "merge" ? LoraMode::Merge : LoraMode::Keep;
-  const bool lora_options = !o.lora_name.empty() || !o.lora_config.empty() || !o.lora_alpha.empty() ||
-                            !o.lora_base.empty() || !o.lora_layout.empty();
-  if (co.lora.mode == LoraMode::Keep && lora_options)
-    throw UsageError(Where(),
-                     "--lora-name, --lora-config, --lora-alpha, --lora-base and --lora-layout go with --lora adapter "
-                     "or --lora merge");
-  if (co.lora.mode == LoraMode::Merge && !o.lora_base.empty())
-    throw UsageError(Where(),
-                     "--lora-base sets adapter_config.json's base_model_name_or_path: it goes with --lora adapter");
-  co.lora.name = o.lora_name;
-  co.lora.config_file = o.lora_config;
-  co.lora.base_model = o.lora_base;
-  co.lora.layout = o.lora_layout == "per-expert" ? LoraLayout::PerExpert
-                   : o.lora_layout == "fused"    ? LoraLayout::Fused
-                                                 : LoraLayout::Default;
-  if (!o.lora_alpha.empty()) {
-    char* end = nullptr;
-    double a = std::strtod(o.lora_alpha.c_str(), &end);
-    if (end == o.lora_alpha.c_str() || *end != 0 || !(a > 0) || !std::isfinite(a))
-      throw UsageError(Where(), "--lora-alpha must be a positive number");
-    co.lora.alpha = a;
-  }
-}
-
-// The output's format and what goes with it: shards, assets, flat keys, unsafe values.
-void take_output_options(const ConsolidateCliOptions& o, ConsolidateOptions& co) {
-  if (co.lora.mode == LoraMode::Adapter) {
-    // The adapter folder PEFT loads: it has one format.
-    if (!o.format.empty() || !o.max_shard_size.empty() || !o.assets.empty() || !o.map.empty())
-      throw UsageError(Where(o.output),
-                       "--lora adapter writes a PEFT adapter folder (adapter_model.safetensors, adapter_config.json): "
-                       "--format, --max-shard-size, --assets and --map do not apply");
-    co.format = formats::by_name("peft-adapter");
-    if (!co.format) throw UnsupportedError(Where(o.output), lora_module_left_out());
-  } else {
-    co.format = pick_format(o);
-  }
-  if (!o.max_shard_size.empty()) co.max_shard_size = parse_size(o.max_shard_size, "--max-shard-size");
-  co.flat = o.flat;
-  take_format_options(o, co);
-  co.keep_unsafe_values = o.keep_unsafe;
-  if (!o.assets.empty() && !co.format->whole_model)
-    throw UsageError(Where(o.output), "--assets copies files beside the weights of a DIR/ (Hugging Face) output");
-  co.copy_assets = !o.no_assets;
-  co.assets_from = o.assets;
-  co.map_assets = o.assets;
-  co.lightning_meta = !o.no_lightning_meta;
-  if (!o.quantize.empty() && co.lora.mode == LoraMode::Adapter)
-    throw UsageError(Where(o.output), "--quantize writes a model's weights; --lora adapter writes an adapter");
-}
 
 // `-n`: the plan, file by file and key by key.
 void print_plan(const json& r) {
@@ -179,30 +84,14 @@ void print_written(const json& r, const std::string& output) {
 }  // namespace
 
 int run_consolidate(const ConsolidateCliOptions& o) {
-  if (o.format == "megatron") {
-    // megatron-core's checkpoint is a DCP checkpoint: the reshard that writes one rank file.
-    if (o.lora != "keep" || !o.quantize.empty() || !o.max_shard_size.empty() || !o.assets.empty() || o.flat ||
-        o.keep_unsafe || o.parallel_write || o.resume)
-      throw UsageError(Where(o.output),
-                       "--format megatron writes megatron-core's torch_dist checkpoint: --lora, --quantize, "
-                       "--max-shard-size, --assets (give the map's config with --config), --flat, "
-                       "--keep-unsafe-values, --parallel-write and --resume do not apply");
-    return run_megatron_output(o, o.iteration);
-  }
-  if (o.iteration >= 0) throw UsageError(Where(), "--iteration goes with --format megatron");
-  check_megatron_target_options(o, false);
+  if (megatron_output(o)) return run_megatron_output(megatron_reshard_args(o, Spelling::Cli), o);
+  ConsolidateOptions co = consolidate_options(o, Spelling::Cli);
   install_cleanup_handlers();
-  ConsolidateOptions co;
-  ProgressLine progress(wants_progress(o));
-  to_write_options(o, co, progress, o.lora != "keep");
-  take_lora_options(o, co);
-  take_output_options(o, co);
+  ProgressLine progress(wants_progress(o, o));
+  attach_cli(o, o, co, progress);
   std::unique_ptr<Group> group = join_group(o.dist);
   co.group = group.get();
   co.local_files = o.dist.local_files;
-  co.parallel_write = o.parallel_write;
-  if (o.parallel_write && !co.format->sharded)
-    throw UsageError(Where(o.output), "--parallel-write writes whole shards of a DIR/ (Hugging Face) output");
   if (o.parallel_write && !group)
     throw UsageError(Where(), "--parallel-write needs several processes (launch with torchrun)");
   bool quiet = o.quiet || (group && group->rank() != 0);
@@ -281,7 +170,7 @@ void setup_consolidate(CLI::App& parent, RunFn& run) {
              std::string(fo.help))
           ->type_name(std::string(fo.type_name));
   sub->add_flag("--flat", o->flat, ".pt output: flat keys instead of the nesting dcp_to_torch_save rebuilds");
-  sub->add_flag("--keep-unsafe-values", o->keep_unsafe,
+  sub->add_flag("--keep-unsafe-values", o->keep_unsafe_values,
                 ".pt output: keep non-tensor values torch.load(weights_only=True) would refuse (e.g. BytesIO)");
   auto* assets = sub->add_option("--assets", o->assets,
                                  "DIR/ output: copy config.json, tokenizer and processor files from this folder "

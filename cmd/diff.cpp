@@ -6,25 +6,21 @@
 #include <string>
 #include <utility>
 
+#include "args/diff_args.h"
 #include "cmd/format.h"
 #include "cmd/progress.h"
 #include "cmd/subcommands.h"
 #include "cmd/write_options.h"
-#include "compare/diff.h"
 #include "compare/stats.h"
 #include "util/error.h"
-#include "util/size.h"
 
 namespace dcpctl::cli {
 
 using nlohmann::json;
 
-struct DiffCliOptions {
-  std::string a, b, select, max_memory, map, config, assets;
-  std::vector<std::string> include, exclude;
-  double atol = -1, rtol = -1;
-  bool equal_nan = false, ignore_dtype = false, json = false, quiet = false, all = false;
-  unsigned threads = 4;
+// The command's options (args/diff_args.h) and what the command line prints.
+struct DiffCliOptions : DiffArgs {
+  bool json = false, quiet = false, all = false;
 };
 
 namespace {
@@ -121,22 +117,8 @@ void print_audit(const json& a, const json& keys) {
 }  // namespace
 
 int run_diff(const DiffCliOptions& o) {
-  DiffOptions d;
-  d.selection.prefix = o.select;
-  d.map = o.map;
-  d.map_config = o.config;
-  d.assets = o.assets;
-  if (!o.config.empty() && o.map.empty())
-    throw UsageError(Where(o.config), "--config gives a key map's parameters; it needs --map");
-  d.selection.include = o.include;
-  d.selection.exclude = o.exclude;
-  if (o.atol >= 0) d.atol = o.atol;
-  if (o.rtol >= 0) d.rtol = o.rtol;
-  d.equal_nan = o.equal_nan;
-  d.ignore_dtype = o.ignore_dtype;
-  d.threads = o.threads ? o.threads : 1;
+  DiffOptions d = diff_options(o, Spelling::Cli);
   d.stop_early = o.quiet;
-  if (!o.max_memory.empty()) d.max_memory = parse_size(o.max_memory, "--max-memory");
   auto a = open_input(o.a);
   auto b = open_input(o.b);
   ProgressLine progress(!o.quiet && !o.json && stderr_is_tty());

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <iostream>
 
+#include "args/reshard_args.h"
 #include "cmd/distributed.h"
 #include "cmd/format.h"
 #include "cmd/progress.h"
@@ -21,34 +22,14 @@ namespace dcpctl::cli {
 
 using nlohmann::json;
 
-struct ReshardCliOptions : WriteCliOptions {
-  std::string layout = "fsdp", format = "dcp";
-  int world_size = 0;
-  int64_t iteration = -1;
-  bool is_cast = false;
-};
+// The command's options (args/reshard_args.h) and what the command line adds.
+struct ReshardCliOptions : ReshardArgs, WriteCliFlags {};
 
 int run_reshard(const ReshardCliOptions& o) {
   install_cleanup_handlers();
-  ReshardOptions ro;
-  ProgressLine progress(wants_progress(o));
-  to_write_options(o, ro, progress);
-  ro.layout = o.is_cast || o.layout == "keep" ? Layout::Keep : Layout::Fsdp;
-  ro.world_size = o.world_size;
-  check_megatron_target_options(o, o.format == "megatron");
-  if (o.format == "megatron") {
-    ro.format = &formats::megatron;
-    // torch_dist loads into any parallelism: one rank file unless -w says otherwise.
-    if (ro.layout == Layout::Fsdp && ro.world_size < 1) ro.world_size = 1;
-    if (o.iteration >= 0) ro.iteration = o.iteration;
-  } else if (o.iteration >= 0) {
-    throw UsageError(Where(), "--iteration names Megatron-LM's iter_NNNNNNN/ folder: it goes with --format megatron");
-  }
-  if (ro.layout == Layout::Fsdp && ro.world_size < 1)
-    throw UsageError(Where(), "--world-size is required (or --layout keep)");
-  if (ro.layout == Layout::Keep && ro.world_size > 0)
-    throw UsageError(Where(), "--world-size and --layout keep exclude each other");
-  if (o.dtype.empty() && o.is_cast) throw UsageError(Where(), "cast needs --dtype");
+  ReshardOptions ro = reshard_options(o, Spelling::Cli);
+  ProgressLine progress(wants_progress(o, o));
+  attach_cli(o, o, ro, progress);
   std::unique_ptr<Group> group = join_group(o.dist);
   ro.group = group.get();
   Checkpoint ck = open_checkpoint(o.checkpoint);
@@ -87,12 +68,10 @@ int run_reshard(const ReshardCliOptions& o) {
   return 0;
 }
 
-int run_megatron_output(const WriteCliOptions& c, int64_t iteration) {
+int run_megatron_output(const ReshardArgs& r, const WriteCliFlags& f) {
   ReshardCliOptions o;
-  static_cast<WriteCliOptions&>(o) = c;
-  while (o.output.size() > 1 && o.output.back() == '/') o.output.pop_back();
-  o.format = "megatron";
-  o.iteration = iteration;
+  static_cast<ReshardArgs&>(o) = r;
+  static_cast<WriteCliFlags&>(o) = f;
   return run_reshard(o);
 }
 

@@ -4,24 +4,20 @@
 #include <cstdio>
 #include <iostream>
 
+#include "args/stats_args.h"
 #include "cmd/format.h"
 #include "cmd/progress.h"
 #include "cmd/subcommands.h"
 #include "cmd/write_options.h"
-#include "compare/stats.h"
 #include "util/error.h"
-#include "util/size.h"
 
 namespace dcpctl::cli {
 
 using nlohmann::json;
 
-struct StatsCliOptions {
-  std::string checkpoint, select, max_memory, map, config;
-  std::vector<std::string> filters, include, exclude;
-  int depth = 0;
-  bool json = false, check_finite = false, check_zero = false, quiet = false;
-  unsigned threads = 4;
+// The command's options (args/stats_args.h) and what the command line prints.
+struct StatsCliOptions : StatsArgs {
+  bool json = false, quiet = false;
 };
 
 namespace {
@@ -67,22 +63,8 @@ void print_table(const json& rows, const char* key_field, bool with_type) {
 }  // namespace
 
 int run_stats(const StatsCliOptions& o) {
-  if (o.depth < 0) throw UsageError(Where(), "--depth must be 0 or more");
+  StatsOptions so = stats_options(o, Spelling::Cli);
   auto in = open_input(o.checkpoint);
-  StatsOptions so;
-  so.selection.prefix = o.select;
-  so.map = o.map;
-  so.map_config = o.config;
-  if (!o.config.empty() && o.map.empty())
-    throw UsageError(Where(o.config), "--config gives a key map's parameters; it needs --map");
-  so.selection.include = o.include;
-  so.selection.include.insert(so.selection.include.end(), o.filters.begin(), o.filters.end());
-  so.selection.exclude = o.exclude;
-  so.threads = o.threads ? o.threads : 1;
-  if (!o.max_memory.empty()) so.max_memory = parse_size(o.max_memory, "--max-memory");
-  so.depth = o.depth;
-  so.check_finite = o.check_finite;
-  so.check_zero = o.check_zero;
   ProgressLine progress(!o.quiet && !o.json && stderr_is_tty());
   so.progress = [&progress](uint64_t d, uint64_t t) { progress.update(d, t); };
   StatsResult r = compute_stats(*in, so);
@@ -134,7 +116,7 @@ void setup_stats(CLI::App& parent, RunFn& run) {
   sub->add_option("--depth", o->depth,
                   "Group by the first N components of the key (e.g. 3: app.model.layers) and print the groups")
       ->type_name("N");
-  sub->add_option("--filter", o->filters, "Only keys matching this shell glob (fnmatch, case-sensitive; repeatable)")
+  sub->add_option("--filter", o->filter, "Only keys matching this shell glob (fnmatch, case-sensitive; repeatable)")
       ->type_name("GLOB");
   sub->add_option("--select", o->select, "Keep one subtree and strip its prefix (e.g. app.model)")->type_name("PREFIX");
   add_map_options(sub, o->map, o->config);

@@ -12,91 +12,18 @@
 
 namespace dcpctl::cli {
 
-void to_write_options(const WriteCliOptions& c, WriteOptions& w, ProgressLine& line, bool lora) {
-  w.output = c.output;
-  w.selection.include = c.include;
-  w.selection.exclude = c.exclude;
-  w.selection.prefix = c.select;
-  if (!c.dtype.empty()) {
-    w.cast = dtype_from_user(c.dtype);
-    if (!w.cast || !castable(*w.cast))
-      throw UsageError(Where(), "--dtype " + c.dtype + ": expected fp32, fp16, bf16, fp64, fp8_e4m3 or fp8_e5m2");
-  }
-  if ((!c.keep_dtype.empty() || c.cast_all) && !w.cast)
-    throw UsageError(Where(), std::string(c.cast_all ? "--cast-all" : "--keep-dtype") +
-                                  " says what --dtype casts; it needs --dtype");
-  if (!c.keep_dtype.empty() && c.cast_all)
-    throw UsageError(Where(), "--cast-all casts every floating tensor and --keep-dtype keeps some: give one of them");
-  w.keep_dtype = c.keep_dtype;
-  w.cast_all = c.cast_all;
-  if (!c.max_memory.empty()) w.max_memory = parse_size(c.max_memory, "--max-memory");
-  w.force = c.force;
-  w.dry_run = c.dry_run;
-  w.resume = c.resume;
+void attach_cli(const WriteArgs& a, const WriteCliFlags& f, WriteOptions& w, ProgressLine& line) {
   // --json prints the plan's every piece, written as text (write/execute.h: dump_summary); the text
   // dry run prints the records only.
-  if (c.dry_run) w.plan_report = c.json ? WriteOptions::PlanReport::Rendered : WriteOptions::PlanReport::Keys;
-  w.threads = c.threads;
-  w.direct_io = c.io == "direct";
-  w.manifest = *algorithm_named(c.manifest);  // checked by CLI11 (add_io_option)
-  w.map = c.map;
-  w.map_config = c.config;
-  w.megatron.args_file = c.megatron_args;
-  w.megatron.divisible_by = c.make_vocab_size_divisible_by;
-  w.megatron.tp = c.tensor_model_parallel_size;
-  // --config is the model's config.json (view/model_config.h): a key map's parameters, and a
-  // torchtune adapter's attention heads (--lora).
-  if (!c.config.empty() && c.map.empty() && !lora)
-    throw UsageError(Where(c.config), "--config gives a key map's parameters; it needs --map");
-  if (c.quantize.empty() &&
-      (!c.quantize_block.empty() || !c.quantize_skip.empty() || !c.quantize_format.empty() || c.quantize_group))
-    throw UsageError(Where(),
-                     "--quantize-block, --quantize-group, --quantize-format and --quantize-skip go with --quantize");
-  if (!c.quantize.empty()) {
-    for (const CalibratedScheme& s : calibrated_schemes())
-      if (c.quantize == s.word)
-        throw UnsupportedError(Where(),
-                               "--quantize " + c.quantize + " needs " + s.missing + "; dcpctl writes " + s.instead);
-    w.quantize.scheme = c.quantize;
-    w.quantize.format = c.quantize_format;
-    w.quantize.skip = c.quantize_skip;
-    if (!c.quantize_format.empty() && !quantize_codec(c.quantize, c.quantize_format)) {
-      std::string forms;
-      for (const std::string& f : quantize_formats(c.quantize)) forms += (forms.empty() ? "" : ", ") + f;
-      throw UsageError(Where(), "--quantize " + c.quantize + " --quantize-format " + c.quantize_format + ": " +
-                                    c.quantize + " is written in the form of " + forms);
-    }
-    if (const Codec* codec = quantize_codec(c.quantize, c.quantize_format);
-        !c.quantize_block.empty() && codec && *codec->block_refusal)
-      throw UsageError(Where(), codec->block_refusal);
-    if (const Codec* codec = quantize_codec(c.quantize, c.quantize_format); c.quantize_group && codec) {
-      if (!codec->quantize_group)
-        throw UsageError(Where(),
-                         "--quantize-group goes with w4a16: --quantize " + c.quantize + " has groups of its own");
-      if (c.quantize_group % 8 != 0)
-        throw UsageError(Where(), "--quantize-group " + std::to_string(c.quantize_group) +
-                                      ": a multiple of 8 (each int32 word of weight_packed holds 8 values)");
-      w.quantize.group = c.quantize_group;
-    }
-    if (!c.quantize_block.empty()) {
-      long long r = 0, n = 0;
-      char tail = 0;
-      if (std::sscanf(c.quantize_block.c_str(), "%lldx%lld%c", &r, &n, &tail) != 2 || r <= 0 || n <= 0 ||
-          r > (1 << 20) || n > (1 << 20))
-        throw UsageError(Where(),
-                         "--quantize-block " + c.quantize_block + ": give RxC, two positive integers (128x128)");
-      w.quantize.block[0] = r;
-      w.quantize.block[1] = n;
-    }
-  }
+  if (a.dry_run && !f.json) w.plan_report = WriteOptions::PlanReport::Keys;
   w.progress = [&line](uint64_t d, uint64_t t) { line.update(d, t); };
-  bool quiet = c.quiet;
+  bool quiet = f.quiet;
   w.note = [quiet](const std::string& s) {
     if (!quiet) std::cerr << "dcpctl: note: " << s << "\n";
   };
 }
 
-void add_quantize_options(CLI::App* sub, WriteCliOptions& c) {
+void add_quantize_options(CLI::App* sub, WriteArgs& c) {
   // The codecs --quantize writes (meta/codecs/codecs.h), each with its part of the help.
   std::vector<std::string> words;
   std::string help = "Write the Linear weights quantized, as serving stacks load them: ";
@@ -132,7 +59,7 @@ void add_quantize_options(CLI::App* sub, WriteCliOptions& c) {
       ->type_name("GLOB");
 }
 
-void add_precision_options(CLI::App* sub, WriteCliOptions& c) {
+void add_precision_options(CLI::App* sub, WriteArgs& c) {
   sub->add_option(
          "--keep-dtype", c.keep_dtype,
          "--dtype leaves tensors matching this shell glob in their saved dtype (repeatable), beside those the model "
@@ -203,7 +130,7 @@ void print_cast_summary(const nlohmann::json& r, std::ostream& out) {
   }
 }
 
-void add_io_option(CLI::App* sub, WriteCliOptions& c) {
+void add_io_option(CLI::App* sub, WriteArgs& c) {
   sub->add_option("--io", c.io,
                   "How bulk bytes move: direct (read and written past the page cache where the filesystem allows it) "
                   "or buffered (through it; copy_file_range where it can)")
@@ -231,11 +158,11 @@ void add_map_options(CLI::App* sub, std::string& map, std::string& config) {
       ->type_name("FILE");
 }
 
-bool wants_progress(const WriteCliOptions& c) {
-  return !c.quiet && stderr_is_tty() && !c.dry_run && std::getenv("RANK") == nullptr;
+bool wants_progress(const WriteArgs& a, const WriteCliFlags& f) {
+  return !f.quiet && stderr_is_tty() && !a.dry_run && std::getenv("RANK") == nullptr;
 }
 
-void add_megatron_target_options(CLI::App* sub, WriteCliOptions& c) {
+void add_megatron_target_options(CLI::App* sub, WriteArgs& c) {
   sub->add_option("--megatron-args", c.megatron_args,
                   "--format megatron of a Hugging Face model for Megatron-LM: a JSON object of its arguments "
                   "(json.dump(vars(args))): the vocabulary padded as it pads it, the args saved as it saves them")
@@ -250,15 +177,6 @@ void add_megatron_target_options(CLI::App* sub, WriteCliOptions& c) {
          "--format megatron for Megatron-LM: the run's tensor-parallel size the vocabulary is padded for (default 1)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
       ->type_name("N");
-}
-
-void check_megatron_target_options(const WriteCliOptions& c, bool megatron_format) {
-  if (c.megatron_args.empty() && c.make_vocab_size_divisible_by == 0 && c.tensor_model_parallel_size == 0) return;
-  if (!megatron_format || c.map.empty())
-    throw UsageError(Where(),
-                     "--megatron-args, --make-vocab-size-divisible-by and --tensor-model-parallel-size say the "
-                     "Megatron-LM run a Hugging Face model is written for: they go with --format megatron and "
-                     "--map megatron");
 }
 
 }  // namespace dcpctl::cli

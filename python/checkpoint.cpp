@@ -130,7 +130,7 @@ nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>> OpenCheckpoint::read(const std::str
   const size_t n = box.numel() * itemsize(*t.dtype);
   std::unique_ptr<uint8_t[]> buf(new uint8_t[std::max<size_t>(n, 1)]);
   BoxReadOptions o;
-  o.band_bytes = std::max<uint64_t>(std::min<uint64_t>(max_memory_ / 2, 64ull << 20), 1);
+  o.budget = max_memory_;
   o.threads = threads_;
   o.complete_records = check_records;
   {

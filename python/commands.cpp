@@ -1,12 +1,18 @@
 #include "python/commands.h"
 
 #include <nanobind/stl/function.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
+#include "args/consolidate_args.h"
+#include "args/diff_args.h"
+#include "args/stats_args.h"
 #include "compare/diff.h"
 #include "compare/stats.h"
 #include "meta/checkpoint.h"
@@ -14,6 +20,7 @@
 #include "report/verify.h"
 #include "util/error.h"
 #include "util/size.h"
+#include "write/execute.h"
 
 namespace nb = nanobind;
 using nlohmann::json;
@@ -86,67 +93,94 @@ std::string verify(const std::string& path, bool deep, bool checksum, unsigned t
   return dump(verify_checkpoint(path, vo));
 }
 
-struct StatsArgs {
-  std::string select, max_memory;
-  Progress* progress = nullptr;
-  std::vector<std::string> filters, include, exclude;
-  int depth = 0;
-  bool check_finite = false, check_zero = false;
-  unsigned threads = 4;
-};
-
-// cmd/stats.cpp's run_stats() up to the document (no --map here yet).
-std::string stats(const std::string& path, const StatsArgs& a) {
-  if (a.depth < 0) throw UsageError(Where(), "depth must be 0 or more");
-  auto in = open_input(path);
-  StatsOptions so;
-  so.selection.prefix = a.select;
-  so.selection.include = a.include;
-  so.selection.include.insert(so.selection.include.end(), a.filters.begin(), a.filters.end());
-  so.selection.exclude = a.exclude;
-  so.threads = a.threads ? a.threads : 1;
-  if (!a.max_memory.empty()) so.max_memory = parse_size(a.max_memory, "max_memory");
-  so.depth = a.depth;
-  so.check_finite = a.check_finite;
-  so.check_zero = a.check_zero;
-  so.progress = a.progress->callback();
+// cmd/stats.cpp's run_stats() up to the document.
+std::string stats(const StatsArgs& a, Progress& progress) {
+  StatsOptions so = stats_options(a, Spelling::Python);
+  auto in = open_input(a.checkpoint);
+  so.progress = progress.callback();
   StatsResult r = compute_stats(*in, so);
-  a.progress->rethrow();
+  progress.rethrow();
   return dump(stats_json(*in, r, so));
 }
 
-struct DiffArgs {
-  std::string select, max_memory, map, config, assets;
-  std::vector<std::string> include, exclude;
-  double atol = -1, rtol = -1;
-  bool equal_nan = false, ignore_dtype = false;
-  unsigned threads = 4;
-  Progress* progress = nullptr;
+// cmd/diff.cpp's run_diff() up to the document (its `same` is the verdict the exit code gives).
+std::string diff(const DiffArgs& a, Progress& progress) {
+  DiffOptions d = diff_options(a, Spelling::Python);
+  d.progress = progress.callback();
+  auto in_a = open_input(a.a);
+  auto in_b = open_input(a.b);
+  DiffResult r = diff_inputs(*in_a, *in_b, d);
+  progress.rethrow();
+  return dump(diff_json(*in_a, *in_b, r, d));
+}
+
+// A write command's summary as its --json prints it (a dry run's plan rendered as its text), and
+// the notes the command line prints on stderr.
+using Summary = std::pair<std::string, std::vector<std::string>>;
+
+class Notes {
+ public:
+  std::function<void(const std::string&)> callback() {
+    return [this](const std::string& s) {
+      std::lock_guard lock(mu_);
+      notes_.push_back(s);
+    };
+  }
+  Summary summary(json& r) {
+    std::ostringstream os;
+    dump_summary(r, os);
+    return {os.str(), std::move(notes_)};
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::string> notes_;
 };
 
-// cmd/diff.cpp's run_diff() up to the document (its `same` is the verdict the exit code gives).
-std::string diff(const std::string& path_a, const std::string& path_b, const DiffArgs& a) {
-  DiffOptions d;
-  d.selection.prefix = a.select;
-  d.map = a.map;
-  d.map_config = a.config;
-  d.assets = a.assets;
-  if (!a.config.empty() && a.map.empty())
-    throw UsageError(Where(a.config), "--config gives a key map's parameters; it needs --map");
-  d.selection.include = a.include;
-  d.selection.exclude = a.exclude;
-  if (a.atol >= 0) d.atol = a.atol;
-  if (a.rtol >= 0) d.rtol = a.rtol;
-  d.equal_nan = a.equal_nan;
-  d.ignore_dtype = a.ignore_dtype;
-  d.threads = a.threads ? a.threads : 1;
-  if (!a.max_memory.empty()) d.max_memory = parse_size(a.max_memory, "max_memory");
-  d.progress = a.progress->callback();
-  auto in_a = open_input(path_a);
-  auto in_b = open_input(path_b);
-  DiffResult r = diff_inputs(*in_a, *in_b, d);
-  a.progress->rethrow();
-  return dump(diff_json(*in_a, *in_b, r, d));
+// cmd/reshard.cpp's run_reshard() up to the summary, in one process.
+Summary reshard(const ReshardArgs& a, Progress& progress) {
+  ReshardOptions ro = reshard_options(a, Spelling::Python);
+  Notes notes;
+  ro.progress = progress.callback();
+  ro.note = notes.callback();
+  Checkpoint ck = open_checkpoint(a.checkpoint);
+  json r = dcpctl::reshard(ck, ro);
+  progress.rethrow();
+  return notes.summary(r);
+}
+
+// cmd/consolidate.cpp's run_consolidate() up to the summary, in one process (--format megatron:
+// the reshard that writes it, as there).
+Summary consolidate(const ConsolidateArgs& a, Progress& progress) {
+  if (megatron_output(a)) return reshard(megatron_reshard_args(a, Spelling::Python), progress);
+  ConsolidateOptions co = consolidate_options(a, Spelling::Python);
+  Notes notes;
+  co.progress = progress.callback();
+  co.note = notes.callback();
+  Checkpoint ck = open_checkpoint(a.checkpoint);
+  json r = dcpctl::consolidate(ck, co);
+  progress.rethrow();
+  return notes.summary(r);
+}
+
+// A class `name` of the args struct Args, a read-write attribute per option (Args::fields) and
+// for the command's arguments.
+template <class Args>
+nb::class_<Args> bind_args(nb::module_& m, const char* name) {
+  nb::class_<Args> c(m, name);
+  c.def(nb::init<>());
+  Args::fields([&c](const char* field, auto member) { c.def_rw(field, member); });
+  return c;
+}
+
+// Runs `command(args, progress)` with the GIL released.
+template <class Args, class R>
+auto with_progress(R (*command)(const Args&, Progress&)) {
+  return [command](const Args& a, nb::object progress) {
+    Progress p(std::move(progress));
+    nb::gil_scoped_release released;
+    return command(a, p);
+  };
 }
 
 }  // namespace
@@ -157,41 +191,22 @@ void bind_commands(nb::module_& m) {
   m.def("_inspect", &inspect, arg("path"), arg("filters"), arg("chunks"), released);
   m.def("_verify", &verify, arg("path"), arg("deep"), arg("checksum"), arg("threads"), arg("max_memory"), arg("io"),
         arg("require_mtp"), released);
-  m.def(
-      "_stats",
-      [](const std::string& path, const std::string& select, const std::vector<std::string>& filters,
-         const std::vector<std::string>& include, const std::vector<std::string>& exclude, int depth, bool check_finite,
-         bool check_zero, unsigned threads, const std::string& max_memory, nb::object progress) {
-        Progress p(std::move(progress));
-        StatsArgs a{select, max_memory, &p, filters, include, exclude, depth, check_finite, check_zero, threads};
-        nb::gil_scoped_release released;
-        return stats(path, a);
-      },
-      arg("path"), arg("select"), arg("filters"), arg("include"), arg("exclude"), arg("depth"), arg("check_finite"),
-      arg("check_zero"), arg("threads"), arg("max_memory"), arg("progress").none());
-  nb::class_<DiffArgs>(m, "_DiffArgs")
-      .def(nb::init<>())
-      .def_rw("select", &DiffArgs::select)
-      .def_rw("max_memory", &DiffArgs::max_memory)
-      .def_rw("map", &DiffArgs::map)
-      .def_rw("config", &DiffArgs::config)
-      .def_rw("assets", &DiffArgs::assets)
-      .def_rw("include", &DiffArgs::include)
-      .def_rw("exclude", &DiffArgs::exclude)
-      .def_rw("atol", &DiffArgs::atol)
-      .def_rw("rtol", &DiffArgs::rtol)
-      .def_rw("equal_nan", &DiffArgs::equal_nan)
-      .def_rw("ignore_dtype", &DiffArgs::ignore_dtype)
-      .def_rw("threads", &DiffArgs::threads);
-  m.def(
-      "_diff",
-      [](const std::string& path_a, const std::string& path_b, DiffArgs a, nb::object progress) {
-        Progress p(std::move(progress));
-        a.progress = &p;
-        nb::gil_scoped_release released;
-        return diff(path_a, path_b, a);
-      },
-      arg("a"), arg("b"), arg("options"), arg("progress").none());
+  bind_args<StatsArgs>(m, "_StatsArgs").def_rw("checkpoint", &StatsArgs::checkpoint);
+  bind_args<DiffArgs>(m, "_DiffArgs").def_rw("a", &DiffArgs::a).def_rw("b", &DiffArgs::b);
+  bind_args<ConsolidateArgs>(m, "_ConsolidateArgs")
+      .def_rw("checkpoint", &ConsolidateArgs::checkpoint)
+      .def_rw("output", &ConsolidateArgs::output);
+  bind_args<ReshardArgs>(m, "_ReshardArgs")
+      .def_rw("checkpoint", &ReshardArgs::checkpoint)
+      .def_rw("output", &ReshardArgs::output)
+      .def_rw("is_cast", &ReshardArgs::is_cast);
+  m.def("_stats", with_progress(&stats), arg("args"), arg("progress").none());
+  m.def("_diff", with_progress(&diff), arg("args"), arg("progress").none());
+  m.def("_consolidate", with_progress(&consolidate), arg("args"), arg("progress").none());
+  m.def("_reshard", with_progress(&reshard), arg("args"), arg("progress").none());
+  m.def("_set_format_option", [](ConsolidateArgs& a, const std::string& name, const std::string& value) {
+    return set_format_option(a, name, value, Spelling::Python);
+  });
   m.def("_parse_size", [](const std::string& text, const std::string& what) { return parse_size(text, what); });
 }
 

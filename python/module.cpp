@@ -9,10 +9,12 @@
 #include "python/checkpoint.h"
 #include "python/commands.h"
 #include "python/errors.h"
+#include "write/manifest.h"
 
 NB_MODULE(_dcpctl, m) {
   dcpctl::install_item_readers();  // the readers of torch.save zips, as cmd/app.cpp installs them
   dcpctl::register_modules();      // the modules this build holds, as the command line registers them
+  dcpctl::set_manifest_tool_version(DCPCTL_VERSION);  // what the manifests of its outputs record, as cmd/app.cpp
   dcpctl::py::register_errors();
   dcpctl::py::bind_checkpoint(m);
   dcpctl::py::bind_commands(m);

@@ -147,6 +147,63 @@ CASES = [
     ("precision --dtype bf16 HF folder", ["consolidate", L / "titan_deepseek_v3/hf", "--dtype", "bf16", "-o", "{out}/"]),
     ("sample reshard -w 4", ["reshard", ROOT / "tests/fixtures/sample/ckpt", "-w", "4", "-o", "{out}"]),
     ("sample cast fp16", ["cast", ROOT / "tests/fixtures/sample/ckpt", "--dtype", "fp16", "-o", "{out}"]),
+    # the options' checks (src/args/: each command's options checked in one place for the command
+    # line and Python): refusals, their messages and their order; and the dry runs' plan, as text
+    # ("text": no --json) and as --json
+    *[(f"options: {what}", args) for what, args in [
+        ("stats --depth -1", ["stats", ROOT / "tests/fixtures/sample/ckpt", "--depth", "-1"]),
+        ("stats --config without --map", ["stats", ROOT / "tests/fixtures/sample/ckpt", "--config", L / "titan_llama3/config.json"]),
+        ("stats --max-memory lots", ["stats", ROOT / "tests/fixtures/sample/ckpt", "--max-memory", "lots"]),
+        ("stats --filter --include --exclude --select", ["stats", ROOT / "tests/fixtures/sample/ckpt", "--select", "app.model", "--filter",
+                                                         "*weight*", "--include", "*norm*", "--exclude", "*layers.1*", "--threads", "0"]),
+        ("diff --config without --map", ["diff", ROOT / "tests/fixtures/sample/ckpt", ROOT / "tests/fixtures/sample/ckpt", "--config",
+                                         L / "titan_llama3/config.json"]),
+        ("diff --max-memory 0", ["diff", ROOT / "tests/fixtures/sample/ckpt", ROOT / "tests/fixtures/sample/ckpt", "--max-memory", "0"]),
+        ("diff --atol --rtol --select", ["diff", ROOT / "tests/fixtures/sample/ckpt", ROOT / "tests/fixtures/sample/ckpt", "--atol", "0.5",
+                                         "--rtol", "0", "--select", "app.model", "--equal-nan", "--ignore-dtype"]),
+        ("reshard without -w", ["reshard", ROOT / "tests/fixtures/sample/ckpt", "-o", "{out}"]),
+        ("reshard -w 2 --layout keep", ["reshard", ROOT / "tests/fixtures/sample/ckpt", "-w", "2", "--layout", "keep", "-o", "{out}"]),
+        ("reshard --iteration", ["reshard", ROOT / "tests/fixtures/sample/ckpt", "-w", "2", "--iteration", "3", "-o", "{out}"]),
+        ("reshard --megatron-args without --format megatron", ["reshard", ROOT / "tests/fixtures/sample/ckpt", "-w", "2", "--megatron-args",
+                                                              "args.json", "-o", "{out}"]),
+        ("reshard --dry-run text", ["text", "reshard", ROOT / "tests/fixtures/sample/ckpt", "-w", "3", "--dtype", "bf16", "-n", "-o", "{out}"]),
+        ("cast --dry-run text", ["text", "cast", ROOT / "tests/fixtures/sample/ckpt", "--dtype", "bf16", "-n", "-o", "{out}"]),
+        ("consolidate --dry-run text", ["text", "consolidate", ROOT / "tests/fixtures/sample/ckpt", "--select", "app.model", "-n", "-o",
+                                        "{out}.safetensors"]),
+        ("consolidate text", ["text", "consolidate", ROOT / "tests/fixtures/sample/ckpt", "--select", "app.model", "--dtype", "bf16", "-o",
+                              "{out}.safetensors"]),
+        ("consolidate --iteration", ["consolidate", ROOT / "tests/fixtures/sample/ckpt", "--iteration", "3", "-o", "{out}.safetensors"]),
+        ("consolidate --format megatron --flat", ["consolidate", ROOT / "tests/fixtures/sample/ckpt", "--format", "megatron", "--flat",
+                                                  "-o", "{out}"]),
+        ("consolidate --lora-name without --lora", ["consolidate", L / "peft_lora/ckpt", "--lora-name", "x", "-o", "{out}/"]),
+        ("consolidate --lora merge --lora-base", ["consolidate", L / "peft_lora/ckpt", "--lora", "merge", "--lora-base", "x", "-o", "{out}/"]),
+        ("consolidate --lora-alpha -1", ["consolidate", L / "peft_lora/ckpt", "--lora", "merge", "--lora-alpha=-1", "-o", "{out}/"]),
+        ("consolidate --lora adapter --format hf", ["consolidate", L / "peft_lora/ckpt", "--lora", "adapter", "--format", "hf", "-o", "{out}/"]),
+        ("consolidate --max-shard-size of a file", ["consolidate", ROOT / "tests/fixtures/sample/ckpt", "--max-shard-size", "1GB", "-o",
+                                                    "{out}.safetensors"]),
+        ("consolidate an unknown output name", ["consolidate", ROOT / "tests/fixtures/sample/ckpt", "-o", "{out}.xyz"]),
+        ("consolidate --dtype fp9", ["consolidate", ROOT / "tests/fixtures/sample/ckpt", "--dtype", "fp9", "-o", "{out}.safetensors"]),
+        ("consolidate --keep-dtype without --dtype", ["consolidate", ROOT / "tests/fixtures/sample/ckpt", "--keep-dtype", "*", "-o",
+                                                      "{out}.safetensors"]),
+        ("consolidate --cast-all --keep-dtype", ["consolidate", ROOT / "tests/fixtures/sample/ckpt", "--dtype", "bf16", "--cast-all",
+                                                 "--keep-dtype", "*", "-o", "{out}.safetensors"]),
+        ("consolidate --quantize-block without --quantize", ["consolidate", ROOT / "tests/fixtures/sample/ckpt", "--quantize-block", "3x3",
+                                                             "-o", "{out}/"]),
+        ("consolidate --quantize-block 1y2", ["consolidate", ROOT / "tests/fixtures/sample/ckpt", "--quantize", "fp8-block",
+                                              "--quantize-block", "1y2", "-o", "{out}/"]),
+        ("consolidate --quantize-group 12", ["consolidate", ROOT / "tests/fixtures/sample/ckpt", "--quantize", "w4a16",
+                                             "--quantize-group", "12", "-o", "{out}/"]),
+        ("consolidate --assets of a file", ["consolidate", ROOT / "tests/fixtures/sample/ckpt", "--assets", L / "titan_llama3/hf", "-o",
+                                            "{out}.safetensors"]),
+        ("consolidate --outtype of a .safetensors", ["consolidate", ROOT / "tests/fixtures/sample/ckpt", "--outtype", "q8_0", "-o",
+                                                     "{out}.safetensors"]),
+        ("consolidate --config without --map", ["consolidate", ROOT / "tests/fixtures/sample/ckpt", "--config", L / "titan_llama3/config.json",
+                                                "-o", "{out}.safetensors"]),
+        ("consolidate --parallel-write of a file", ["consolidate", ROOT / "tests/fixtures/sample/ckpt", "--parallel-write", "-o",
+                                                    "{out}.safetensors"]),
+        ("consolidate --parallel-write without torchrun", ["consolidate", ROOT / "tests/fixtures/sample/ckpt", "--parallel-write", "-o",
+                                                           "{out}/"]),
+    ]],
 ]
 
 
@@ -244,15 +301,18 @@ def run(binary: str, args: list, out: Path):
     n = 1
     if args[0] == "torchrun":
         n, args = args[1], args[2:]
-    # --json everywhere; -q (no progress line) where it means that: diff's -q stops at the first difference
-    quiet = ["-q"] if args[0] in ("consolidate", "reshard", "cast") else []
-    argv = [binary] + [str(x).replace("{out}", str(out)) for x in args] + ["--json"] + quiet
+    # --json everywhere but ("text", *args): what a command prints without it; -q (no progress
+    # line) where it means that: diff's -q stops at the first difference
+    text = args[0] == "text"
+    args = args[1:] if text else args
+    quiet = ["-q"] if args[0] in ("consolidate", "reshard", "cast") and not text else []
+    argv = [binary] + [str(x).replace("{out}", str(out)) for x in args] + ([] if text else ["--json"]) + quiet
     r = subprocess.run(argv, capture_output=True, text=True) if n == 1 else ranks(argv, n)
     summary = None
     try:
         summary = json.loads(r.stdout.replace(str(out.parent), "WORK"))
     except json.JSONDecodeError:
-        pass
+        summary = r.stdout.replace(str(out.parent), "WORK") if text else None
     if isinstance(summary, dict):
         summary.pop("checkpoint", None)
         summary.pop("output", None)

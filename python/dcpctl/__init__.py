@@ -19,8 +19,8 @@ from ._errors import CheckpointIOError, DamagedCheckpoint, Error, Unsupported, U
 __version__ = _dcpctl.__version__
 IOError = CheckpointIOError  # the issue's name for exit code 4 (dcpctl.IOError); an OSError too
 
-__all__ = ["open", "Checkpoint", "Slice", "inspect", "verify", "stats", "diff", "Error", "UsageError", "DamagedCheckpoint",
-           "CheckpointIOError", "IOError", "Unsupported"]
+__all__ = ["open", "Checkpoint", "Slice", "inspect", "verify", "stats", "diff", "consolidate", "reshard", "cast",
+           "Error", "UsageError", "DamagedCheckpoint", "CheckpointIOError", "IOError", "Unsupported"]
 
 # torch's dtype names (what info() reports) -> (NumPy type name, or the ml_dtypes type's, itemsize).
 _NUMPY = {
@@ -280,27 +280,107 @@ def verify(path, *, deep=False, checksum=False, threads=0, max_memory=None, io="
     return r
 
 
-def stats(path, *, select="", filter=None, include=None, exclude=None, depth=0, check_finite=False,
-          check_zero=False, threads=4, max_memory=None, progress=None) -> dict:
-    """What `dcpctl stats --json PATH` prints, as a dict, with the CLI's options (--select, --filter,
-    --include, --exclude, --depth, --check-finite, --check-zero, --threads, --max-memory). The gates'
-    verdicts are in report["checks"]. progress: called as progress(bytes_done, bytes_total) from
-    dcpctl's threads as it reads (an exception it raises is raised when the command is over)."""
-    mm = "" if max_memory is None else str(_size(max_memory, "max_memory"))
-    return _json.loads(_dcpctl._stats(str(path), str(select), _strs(filter), _strs(include), _strs(exclude), int(depth),
-                                      bool(check_finite), bool(check_zero), int(threads), mm, progress))
+# The commands' arguments (positional on the command line), held by the args objects beside their options.
+_ARGUMENTS = {"checkpoint", "output", "a", "b", "is_cast"}
 
 
-def diff(a, b, *, select="", include=None, exclude=None, atol=None, rtol=None, equal_nan=False, ignore_dtype=False,
-         threads=4, max_memory=None, map="", config="", assets="", progress=None) -> dict:
+def _fill(args, command: str, options: dict, extra=None):
+    """Sets each keyword option on `args` (a dcpctl._dcpctl._*Args: one attribute per option of the
+    command, named as the CLI's flag without its dashes, '-' as '_'; src/args/*_args.h). None is
+    "not given"; a list option takes a string or a sequence; a string option a path or a number too
+    (max_memory=2**30). `extra(args, name, value)` takes the options no attribute holds (consolidate's
+    formats' own: outtype=...); any other is a TypeError, as for a function's unknown keyword."""
+    import os
+
+    for name, value in options.items():
+        if value is None:
+            continue
+        if name.startswith("_") or name in _ARGUMENTS or not hasattr(args, name):
+            if extra is not None and extra(args, name, value):
+                continue
+            raise TypeError(f"{command}() got an unexpected keyword argument {name!r}")
+        current = getattr(args, name)
+        if isinstance(current, list):
+            value = _strs(value)
+        elif isinstance(current, str):
+            if isinstance(value, os.PathLike):
+                value = os.fspath(value)
+            elif isinstance(value, (int, float)) and not isinstance(value, bool):
+                value = str(value)
+        try:
+            setattr(args, name, value)
+        except TypeError:
+            raise TypeError(f"{command}(): {name}={value!r} is not a {type(current).__name__}") from None
+    return args
+
+
+def _summary(result) -> dict:
+    """A write command's summary (the text --json prints) as a dict; its notes (what the CLI prints
+    as "dcpctl: note: ...") logged on the logger "dcpctl" at INFO level, never printed."""
+    text, notes = result
+    if notes:
+        import logging
+
+        log = logging.getLogger("dcpctl")
+        for n in notes:
+            log.info("%s", n)
+    return _json.loads(text)
+
+
+def stats(path, *, progress=None, **options) -> dict:
+    """What `dcpctl stats --json PATH` prints, as a dict, with the CLI's options as keyword arguments
+    (--select: select=, --filter: filter=, --include, --exclude, --depth, --check-finite,
+    --check-zero, --threads, --max-memory, --map, --config). The gates' verdicts are in
+    report["checks"]. progress: called as progress(bytes_done, bytes_total) from dcpctl's threads as
+    it reads (an exception it raises is raised when the command is over)."""
+    a = _fill(_dcpctl._StatsArgs(), "stats", options)
+    a.checkpoint = str(path)
+    return _json.loads(_dcpctl._stats(a, progress))
+
+
+def diff(a, b, *, progress=None, **options) -> dict:
     """What `dcpctl diff --json A B` prints, as a dict: report["same"] is the verdict (the CLI's exit 0
-    or 1). The CLI's options (--select, --include, --exclude, --atol, --rtol, --equal-nan,
-    --ignore-dtype, --threads, --max-memory, --map, --config, --assets); progress as stats'."""
-    o = _dcpctl._DiffArgs()
-    o.select, o.include, o.exclude = str(select), _strs(include), _strs(exclude)
-    o.atol = -1.0 if atol is None else float(atol)
-    o.rtol = -1.0 if rtol is None else float(rtol)
-    o.equal_nan, o.ignore_dtype, o.threads = bool(equal_nan), bool(ignore_dtype), int(threads)
-    o.max_memory = "" if max_memory is None else str(_size(max_memory, "max_memory"))
-    o.map, o.config, o.assets = str(map), str(config), str(assets)
-    return _json.loads(_dcpctl._diff(str(a), str(b), o, progress))
+    or 1). The CLI's options as keyword arguments (--select, --include, --exclude, --atol, --rtol,
+    --equal-nan, --ignore-dtype, --threads, --max-memory, --map, --config, --assets); progress as
+    stats'."""
+    args = _fill(_dcpctl._DiffArgs(), "diff", options)
+    args.a, args.b = str(a), str(b)
+    return _json.loads(_dcpctl._diff(args, progress))
+
+
+def consolidate(path, output, *, progress=None, **options) -> dict:
+    """What `dcpctl consolidate PATH -o OUTPUT --json` prints, as a dict: one .safetensors, a
+    Hugging Face folder (OUTPUT ending in "/"), a .pt, a .gguf ... written as the command line writes
+    it, byte for byte. Every option of the command as a keyword argument, named as its flag without
+    the dashes ('-' as '_'): dtype="bf16", select="app.model", map=, config=, assets=, quantize=,
+    lora="merge", max_shard_size="2GB", force=True, dry_run=True, outtype="q8_0" (a format's own), ...
+    (docs/python.md has the table; --quiet and --json have no keyword: nothing is printed and the
+    summary is returned). progress(bytes_done, bytes_total) as stats'. A refusal raises the class of
+    the command line's exit code with its message (UsageError, Unsupported, DamagedCheckpoint, ...),
+    leaving no output behind."""
+    a = _fill(_dcpctl._ConsolidateArgs(), "consolidate", options,
+              extra=lambda args, name, value: _dcpctl._set_format_option(args, name, str(value)))
+    a.checkpoint, a.output = str(path), str(output)
+    return _summary(_dcpctl._consolidate(a, progress))
+
+
+def reshard(path, output, *, progress=None, **options) -> dict:
+    """What `dcpctl reshard PATH -o OUTPUT --json` prints, as a dict: a DCP checkpoint for another
+    world size (world_size=N, the CLI's -w/--world-size), or the source's chunks (layout="keep"), or
+    megatron-core's (format="megatron"). Every option of the command as a keyword argument (dtype=,
+    select=, include=, exclude=, map=, quantize=, force=, dry_run=, threads=, max_memory=, ...);
+    progress and refusals as consolidate's."""
+    a = _fill(_dcpctl._ReshardArgs(), "reshard", options)
+    a.checkpoint, a.output = str(path), str(output)
+    return _summary(_dcpctl._reshard(a, progress))
+
+
+def cast(path, output, *, dtype, progress=None, **options) -> dict:
+    """What `dcpctl cast PATH -o OUTPUT --dtype DTYPE --json` prints, as a dict: a DCP copy with the
+    floating tensors cast (the source's chunks kept). The options are reshard's but world_size and
+    layout."""
+    if "world_size" in options or "layout" in options:
+        raise TypeError("cast() keeps the source's chunks: world_size and layout are reshard()'s")
+    a = _fill(_dcpctl._ReshardArgs(), "cast", dict(options, dtype=dtype))
+    a.checkpoint, a.output, a.is_cast = str(path), str(output), True
+    return _summary(_dcpctl._reshard(a, progress))

@@ -80,15 +80,58 @@ def verify(path: _Path, *, deep: bool = False, checksum: bool = False, threads: 
     """What `dcpctl verify --json` prints; check=True raises DamagedCheckpoint / Unsupported instead of
     returning a failed report."""
 
-def stats(path: _Path, *, select: str = "", filter: Union[None, str, Sequence[str]] = None,
-          include: Union[None, str, Sequence[str]] = None, exclude: Union[None, str, Sequence[str]] = None,
+Globs = Union[None, str, Sequence[str]]
+Progress = Optional[Callable[[int, int], None]]
+
+# The commands' keyword arguments are their flags without the dashes, '-' as '_' (src/args/*_args.h);
+# tests/python/test_write_commands.py checks these signatures against them.
+
+def stats(path: _Path, *, select: str = "", filter: Globs = None, include: Globs = None, exclude: Globs = None,
           depth: int = 0, check_finite: bool = False, check_zero: bool = False, threads: int = 4,
-          max_memory: Optional[Size] = None, progress: Optional[Callable[[int, int], None]] = None) -> dict[str, Any]:
+          max_memory: Optional[Size] = None, map: str = "", config: Optional[_Path] = None,
+          progress: Progress = None) -> dict[str, Any]:
     """What `dcpctl stats --json` prints; progress(bytes_done, bytes_total) as it reads."""
 
-def diff(a: _Path, b: _Path, *, select: str = "", include: Union[None, str, Sequence[str]] = None,
-         exclude: Union[None, str, Sequence[str]] = None, atol: Optional[float] = None, rtol: Optional[float] = None,
-         equal_nan: bool = False, ignore_dtype: bool = False, threads: int = 4, max_memory: Optional[Size] = None,
-         map: str = "", config: str = "", assets: str = "",
-         progress: Optional[Callable[[int, int], None]] = None) -> dict[str, Any]:
+def diff(a: _Path, b: _Path, *, select: str = "", include: Globs = None, exclude: Globs = None,
+         atol: Optional[float] = None, rtol: Optional[float] = None, equal_nan: bool = False,
+         ignore_dtype: bool = False, threads: int = 4, max_memory: Optional[Size] = None, map: str = "",
+         config: Optional[_Path] = None, assets: Optional[_Path] = None, progress: Progress = None) -> dict[str, Any]:
     """What `dcpctl diff --json A B` prints; report["same"] is the verdict."""
+
+def consolidate(path: _Path, output: _Path, *, format: str = "", select: str = "", include: Globs = None,
+                exclude: Globs = None, dtype: str = "", keep_dtype: Globs = None, cast_all: bool = False,
+                max_memory: Optional[Size] = None, max_shard_size: Optional[Size] = None, threads: int = 4,
+                io: Literal["direct", "buffered"] = "direct", manifest: Literal["crc32", "sha256"] = "crc32",
+                map: str = "", config: Optional[_Path] = None, assets: Optional[_Path] = None, no_assets: bool = False,
+                flat: bool = False, keep_unsafe_values: bool = False, no_lightning_meta: bool = False,
+                lora: Literal["keep", "adapter", "merge"] = "keep", lora_name: str = "",
+                lora_config: Optional[_Path] = None, lora_alpha: Union[None, str, float] = None, lora_base: str = "",
+                lora_layout: Literal["", "fused", "per-expert"] = "", quantize: str = "", quantize_format: str = "",
+                quantize_block: str = "", quantize_group: int = 0, quantize_skip: Globs = None,
+                iteration: Optional[int] = None, megatron_args: Optional[_Path] = None,
+                make_vocab_size_divisible_by: int = 0, tensor_model_parallel_size: int = 0, force: bool = False,
+                resume: bool = False, dry_run: bool = False, progress: Progress = None,
+                **format_options: str) -> dict[str, Any]:
+    """What `dcpctl consolidate --json CKPT -o OUTPUT` prints, the output written as the CLI writes it;
+    a format's own options (outtype=, split_max_size=, ...) as keywords too."""
+
+def reshard(path: _Path, output: _Path, *, world_size: int = 0, layout: Literal["fsdp", "keep"] = "fsdp",
+            format: Literal["dcp", "megatron"] = "dcp", select: str = "", include: Globs = None, exclude: Globs = None,
+            dtype: str = "", keep_dtype: Globs = None, cast_all: bool = False, max_memory: Optional[Size] = None,
+            threads: int = 4, io: Literal["direct", "buffered"] = "direct",
+            manifest: Literal["crc32", "sha256"] = "crc32", map: str = "", config: Optional[_Path] = None,
+            quantize: str = "", quantize_format: str = "", quantize_block: str = "", quantize_group: int = 0,
+            quantize_skip: Globs = None, iteration: Optional[int] = None, megatron_args: Optional[_Path] = None,
+            make_vocab_size_divisible_by: int = 0, tensor_model_parallel_size: int = 0, force: bool = False,
+            resume: bool = False, dry_run: bool = False, progress: Progress = None) -> dict[str, Any]:
+    """What `dcpctl reshard --json CKPT -o OUTPUT -w N` prints, the checkpoint written as the CLI writes it."""
+
+def cast(path: _Path, output: _Path, *, dtype: str, select: str = "", include: Globs = None, exclude: Globs = None,
+         keep_dtype: Globs = None, cast_all: bool = False, max_memory: Optional[Size] = None, threads: int = 4,
+         io: Literal["direct", "buffered"] = "direct", manifest: Literal["crc32", "sha256"] = "crc32", map: str = "",
+         config: Optional[_Path] = None, quantize: str = "", quantize_format: str = "", quantize_block: str = "",
+         quantize_group: int = 0, quantize_skip: Globs = None, format: Literal["dcp", "megatron"] = "dcp",
+         iteration: Optional[int] = None, megatron_args: Optional[_Path] = None,
+         make_vocab_size_divisible_by: int = 0, tensor_model_parallel_size: int = 0, force: bool = False,
+         resume: bool = False, dry_run: bool = False, progress: Progress = None) -> dict[str, Any]:
+    """What `dcpctl cast --json CKPT -o OUTPUT --dtype DTYPE` prints."""

@@ -49,6 +49,28 @@ bool needs_whole_record(const Checkpoint& ck, const StorageRef& ref) {
   return false;
 }
 
+// The bytes of one band: half the budget, at most max_band, at least one byte.
+uint64_t band_of(const BoxReadOptions& o) {
+  return std::max<uint64_t>(std::min(o.budget / 2, o.max_band), 1);
+}
+
+// A transformed (zstd) chunk the box meets is decoded whole beside a band: refused when that
+// exceeds the budget, naming the least budget that holds both (a band is half the budget up to
+// max_band: chunk + min(chunk, max_band)).
+void check_decodes(const ItemReader& reader, const TensorMeta& t, const Box& box, const BoxReadOptions& o) {
+  for (const Piece& p : plan_pieces(t, box)) {
+    if (p.chunk >= t.storage.size() || t.storage[p.chunk].transforms == 0) continue;
+    const StorageRef& ref = t.storage[p.chunk];
+    const uint64_t chunk = t.chunk_numel(p.chunk) * itemsize(*t.dtype);
+    if (chunk + band_of(o) <= o.budget) continue;
+    throw UsageError(Where(reader.checkpoint().path_of(ref.file), ref.offset, t.fqn),
+                     "chunk " + std::to_string(p.chunk) + " is zstd-compressed, and decoded whole (" +
+                         std::to_string(chunk) + " bytes) beside the read's band for any read of it: more than " +
+                         "max_memory (" + std::to_string(o.budget) + "); raise max_memory to at least " +
+                         std::to_string(chunk + std::min(chunk, o.max_band)));
+  }
+}
+
 }  // namespace
 
 void check_box(const TensorMeta& t, const Box& box) {
@@ -69,21 +91,23 @@ BoxReadStats read_box(const ItemReader& reader, const TensorMeta& t, const Box& 
   const uint64_t item = itemsize(*t.dtype);
   BoxReadStats s;
   if (box.numel() == 0) return s;
-  LocalChunks src(reader, std::max<uint64_t>(o.band_bytes, 1));
+  check_decodes(reader, t, box, o);
+  const uint64_t band = band_of(o);
+  LocalChunks src(reader, band);
   std::map<uint32_t, uint64_t> read;  // chunk -> bytes of it read into the box
   uint64_t at = 0;
-  for (const Box& band : bands_of(box, item, o.band_bytes)) {
-    std::vector<Piece> pieces = plan_pieces(t, band);
-    assemble_box(src, t, band, pieces, dst + at, std::max(1u, o.threads));
+  for (const Box& b : bands_of(box, item, band)) {
+    std::vector<Piece> pieces = plan_pieces(t, b);
+    assemble_box(src, t, b, pieces, dst + at, std::max(1u, o.threads));
     for (const Piece& p : pieces) read[p.chunk] += p.bytes;
-    at += band.numel() * item;
+    at += b.numel() * item;
     ++s.bands;
   }
   s.chunks = read.size();
   if (!o.complete_records) return s;
   for (const auto& [chunk, bytes] : read) {
     if (bytes >= t.chunk_numel(chunk) * item || !needs_whole_record(reader.checkpoint(), t.storage[chunk])) continue;
-    read_through(reader, t, chunk, o.band_bytes);
+    read_through(reader, t, chunk, band);
     ++s.completed_chunks;
   }
   return s;

@@ -26,7 +26,11 @@ Application Default Credentials end to end against token servers this test serve
                proxy makes dcpctl fetch a new token and send the request again; an invalid_grant,
                an unreachable metadata server: exit 4 naming the source
 
-usage: gcs_test.py DCPCTL
+  python       dcpctl.open() of the gs:// checkpoints in this process (the Python module,
+               tests/python/objstore_reads.py, with --python BUILD_PYTHON): every tensor equal to
+               torch's view, a slice, a missing checkpoint raising CheckpointIOError
+
+usage: gcs_test.py DCPCTL [--python BUILD_PYTHON]
 Needs torch, gcsfs, safetensors, cryptography and fake-gcs-server (tools/requirements.txt). Exit
 status: 0 pass, 1 failure.
 """
@@ -51,6 +55,9 @@ from testlib import check, expect_rc, run, same_tensor, summary  # noqa: E402
 from gcs_server import GcsServer  # noqa: E402
 
 DCPCTL = sys.argv[1] if len(sys.argv) > 1 else "build/cmd/dcpctl"
+# --python BUILD_PYTHON: the build tree's Python package (build/python), which the python case
+# reads through (CTest passes it where the module is built).
+PYTHON = sys.argv[sys.argv.index("--python") + 1] if "--python" in sys.argv else None
 BUCKET = "ckpts"
 
 
@@ -119,6 +126,20 @@ def case_read(gcs: GcsServer, env: dict, refs: Path, work: Path) -> None:
     check(r.returncode == 4 and f"gs://{BUCKET}/no/such/ckpt" in r.stderr, f"missing checkpoint: exit {r.returncode}: {r.stderr.strip()}")
     r = dcpctl(["inspect", "gs://no-such-bucket/ckpt"], env)
     check(r.returncode == 4 and "no such bucket" in r.stderr, f"missing bucket: exit {r.returncode}: {r.stderr.strip()}")
+
+
+# ---- python ----
+
+def case_python(env: dict, refs: Path) -> None:
+    import torch
+    sys.path.insert(0, str(HERE.parent / "python"))
+    from objstore_reads import python_reads
+
+    manifest = json.loads((refs / "manifest.json").read_text())["checkpoints"]
+    cases = [(ck["url"], {k: v for k, v in flat(torch.load(refs / ck["ref"], weights_only=True)).items()
+                          if isinstance(v, torch.Tensor)}) for ck in manifest]
+    n = python_reads(PYTHON, env, cases, f"gs://{BUCKET}/no/such/ckpt", check, same_tensor)
+    check(n >= 10 * len(cases), f"python: {n} tensors compared from {len(cases)} checkpoints")
 
 
 # ---- write ----
@@ -470,7 +491,11 @@ def main() -> int:
         for name, case in (("read", lambda: case_read(gcs, env, refs, work)),
                            ("write", lambda: case_write(gcs, env, refs, work)),
                            ("signal", lambda: case_signal(gcs, env, work)),
-                           ("credentials", lambda: case_credentials(gcs, env, refs, work))):
+                           ("credentials", lambda: case_credentials(gcs, env, refs, work)),
+                           ("python", lambda: case_python(env, refs))):
+            if name == "python" and not PYTHON:
+                print("  (no python case: no --python; CTest passes it where the module is built)")
+                continue
             t0 = time.time()
             case()
             print(f"  [{name}: {time.time() - t0:.1f} s]")

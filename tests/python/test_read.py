@@ -2,6 +2,7 @@
 safetensors, a torch.save file) and of a GGUF file gguf-py wrote, equal to what torch's dcp.load /
 torch.load / safetensors / GGUFReader read; slices equal to the full tensor's slice; NumPy and torch
 (DLPack) results; bounded bands; threads."""
+import re
 import shutil
 import sys
 import threading
@@ -170,6 +171,26 @@ def test_bands_small_max_memory(fixtures):
             assert same(a, b), key
             if a.dim() == 2 and a.shape[0] > 4:
                 assert same(small.get_slice(key)[3:-1, 1:], a[3:-1, 1:]), key
+
+
+def test_zstd_chunk_within_max_memory(fixtures):
+    """A zstd chunk is decoded whole for any read of it: one that does not fit in max_memory beside
+    the read's band is refused (UsageError naming the file, the key and the budget it needs) before
+    anything is read; at that budget it reads, equal to torch's; a small chunk reads at the small one."""
+    path = fixtures / "zstd/ckpt"
+    want = flat_state_from_dcp(path)
+    with dcpctl.open(path, max_memory=2048, framework="pt") as ck:
+        assert same(ck.get("ramp_33"), want["ramp_33"])  # 132 bytes and a band of 1 KiB: within 2 KiB
+        for read in (lambda: ck.get("zeros_64x16"), lambda: ck.get_slice("zeros_64x16")[:1]):
+            with pytest.raises(dcpctl.UsageError, match="zstd-compressed") as e:
+                read()
+            assert e.value.key == "zeros_64x16" and e.value.file.endswith(".distcp") and e.value.offset is not None
+            assert "more than max_memory (2048)" in str(e.value)
+        largest = max(c["sizes"][0] * c["sizes"][1] for c in ck.info("zeros_64x16")["chunks"]) * 4
+    need = int(re.search(r"raise max_memory to at least (\d+)", str(e.value)).group(1))
+    assert need == 2 * largest  # the chunk's float32 and a band of max_memory / 2 beside it
+    with dcpctl.open(path, max_memory=need, framework="pt") as ck:
+        assert same(ck.get("zeros_64x16"), want["zeros_64x16"])
 
 
 def test_dtype_and_without_ml_dtypes(fixtures, monkeypatch):

