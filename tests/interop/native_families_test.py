@@ -34,7 +34,9 @@ and projector in OUT.
 Qwen4-Exp (Qwen4ExpForCausalLM with a PLE layer, split_ngram_parts 4): save_pretrained writes the
 n-gram embedding as `ngram_embedding.shard_K.weight` and from_pretrained concatenates them
 (Concatenate(dim=0)); dcpctl does not map that layout yet: `verify` and `consolidate` exit 5 naming
-the conversion (`ngram_embedding.shard_*`) and a shard's key, nothing written.
+the conversion (`ngram_embedding.shard_*`) and a shard's key, nothing written; `-o model.gguf` exit 5
+naming Qwen4ExpForCausalLM, which the converter registers (its Qwen4ExpTextModel) and dcpctl does not
+write yet.
 
 Exit status: 0 pass, 1 failure, 77 skip (torch/transformers missing; a failure under CI).
 """
@@ -205,6 +207,11 @@ def qwen4_exp(dcpctl: str, tmp: Path) -> None:
     r = run(dcpctl, "consolidate", hf, "-o", f"{out}/", "-q")
     expect_rc(r, EXIT_UNSUPPORTED, "qwen4_exp_text: consolidate of a folder with n-gram shards", "ngram_embedding.shard_")
     check(not out.exists(), "qwen4_exp_text: refused, yet OUT/ is there")
+    gguf = tmp / "q4" / "model.gguf"
+    r = run(dcpctl, "consolidate", hf, "-o", gguf)
+    expect_rc(r, EXIT_UNSUPPORTED, "qwen4_exp_text: -o model.gguf", "'Qwen4ExpForCausalLM'")
+    check(not gguf.exists(), "qwen4_exp_text: -o model.gguf refused, yet the file is there")
+    converter_knows("Qwen4ExpForCausalLM", True)  # the converter writes it; dcpctl does not yet
 
 
 def main(argv: list[str]) -> int:
