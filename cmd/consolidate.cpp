@@ -275,11 +275,16 @@ void setup_consolidate(CLI::App& parent, RunFn& run) {
   // Each format's own options (a module's format's among them: the GGUF's --outtype).
   for (const Format* f : formats::all())
     for (const FormatOption& fo : f->options)
-      sub->add_option_function<std::string>(
-             std::string(fo.flag),
-             [o, flag = std::string(fo.flag)](const std::string& v) { o->format_options[flag] = v; },
-             std::string(fo.help))
-          ->type_name(std::string(fo.type_name));
+      if (fo.type_name.empty())
+        sub->add_flag_function(
+            std::string(fo.flag), [o, flag = std::string(fo.flag)](int64_t) { o->format_options[flag] = "true"; },
+            std::string(fo.help));
+      else
+        sub->add_option_function<std::string>(
+               std::string(fo.flag),
+               [o, flag = std::string(fo.flag)](const std::string& v) { o->format_options[flag] = v; },
+               std::string(fo.help))
+            ->type_name(std::string(fo.type_name));
   sub->add_flag("--flat", o->flat, ".pt output: flat keys instead of the nesting dcp_to_torch_save rebuilds");
   sub->add_flag("--keep-unsafe-values", o->keep_unsafe,
                 ".pt output: keep non-tensor values torch.load(weights_only=True) would refuse (e.g. BytesIO)");

@@ -186,6 +186,7 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
       if (a.name == "added_tokens.json") added_tokens_ = parse(read_asset(a.source), a.source);
     }
     std::string where = assets.searched.empty() ? o_.output : assets.searched.front();
+    if (!option(o_.format_options, "--mmproj").empty()) refuse_mmproj(where);
     if (!config_.is_null()) {
       config_ = gguf::converter_hparams(config_);  // a vision-language model's text_config at the root
       arch_ = gguf::arch_of(config_, where);
@@ -229,6 +230,21 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
       throw UnsupportedError(Where(where_),
                              "Kimi's tiktoken tokenizer is written into a GGUF of deepseek2 only (the converter's "
                              "DeepseekV2Model reads it)");
+  }
+
+  // The converter's --mmproj (MmprojModel: the vision tower and projector as a clip GGUF, Kimi
+  // K2.5's KimiK25Model) is not written: refused, naming the model's class.
+  [[noreturn]] void refuse_mmproj(const std::string& where) const {
+    const json arch = config_.is_object() ? config_.value("architectures", json()) : json();
+    const std::string cls = arch.is_array() && !arch.empty() && arch[0].is_string()
+                                ? arch[0].get<std::string>()
+                                : "(no architectures in config.json)";
+    throw UnsupportedError(Where(where),
+                           "--mmproj (the vision tower and projector as llama.cpp's converter writes them, a clip "
+                           "GGUF) is not written by dcpctl, for " +
+                               cls +
+                               " or any model: an HF folder export (-o DIR/) keeps the tower, which "
+                               "convert_hf_to_gguf.py --mmproj reads; without --mmproj the GGUF is the text model");
   }
 
   // A split written by one process to local files is staged in one folder and journaled
@@ -784,6 +800,10 @@ const Format gguf::output_format = [] {
       {"--split-max-tensors", "N",
        ".gguf output: split it as convert_hf_to_gguf.py --split-max-tensors does, at most N tensors a shard",
        kSplitElsewhere},
+      {"--mmproj", "",
+       ".gguf output: the vision tower and projector as convert_hf_to_gguf.py --mmproj writes them: not written by "
+       "this version (exit 5); without it a vision-language model's GGUF is its text model",
+       "--mmproj goes with a GGUF output (-o mmproj.gguf)"},
   };
   f.check_options = check_options;
   return f;

@@ -878,6 +878,14 @@ def main(argv: list[str]) -> int:
         k25 = tmp / "kimi-k25" / "hf" / "tiny"
         if k25.exists():
             import json
+            # --mmproj: the converter's KimiK25Model (a clip GGUF of the vision tower) is not written by
+            # dcpctl, which says so (exit 5), writing nothing. (The converter itself fails on this
+            # folder's projector: "Can not map tensor 'mm_projector.proj.linear_2.bias'".)
+            r = subprocess.run([dcpctl, "consolidate", str(k25), "-o", str(tmp / "mmproj.gguf"), "--mmproj"],
+                               capture_output=True, text=True)
+            check(not (r.returncode != 5 or "--mmproj" not in r.stderr or "KimiK25ForConditionalGeneration" not in r.stderr
+                       or (tmp / "mmproj.gguf").exists()),
+                  f"--mmproj of Kimi K2.5: exit {r.returncode}, {r.stderr!r}")
             odd = tmp / "odd-k25" / "tiny"
             shutil.copytree(k25, odd)
             cfg = json.loads((odd / "config.json").read_text())
