@@ -123,6 +123,23 @@ void add_run_flags(CLI::App* sub, ConsolidateCliOptions& o) {
   sub->add_flag("--json", o.json, "Print a JSON summary on stdout");
 }
 
+// Each format's own options (a module's format's among them: the GGUF's --outtype): an option
+// with a value, or a flag where its row names no value (the GGUF's --mmproj).
+void add_format_options(CLI::App* sub, const std::shared_ptr<ConsolidateCliOptions>& o) {
+  for (const Format* f : formats::all())
+    for (const FormatOption& fo : f->options)
+      if (fo.type_name.empty())
+        sub->add_flag_function(
+            std::string(fo.flag), [o, flag = std::string(fo.flag)](int64_t) { o->format_options[flag] = "true"; },
+            std::string(fo.help));
+      else
+        sub->add_option_function<std::string>(
+               std::string(fo.flag),
+               [o, flag = std::string(fo.flag)](const std::string& v) { o->format_options[flag] = v; },
+               std::string(fo.help))
+            ->type_name(std::string(fo.type_name));
+}
+
 }  // namespace
 
 void setup_consolidate(CLI::App& parent, RunFn& run) {
@@ -161,14 +178,7 @@ void setup_consolidate(CLI::App& parent, RunFn& run) {
   sub->add_option("--dtype", o->dtype,
                   "Cast floating tensors to fp32, fp16, bf16, fp64, fp8_e4m3 or fp8_e5m2 (round to nearest even)")
       ->type_name("DTYPE");
-  // Each format's own options (a module's format's among them: the GGUF's --outtype).
-  for (const Format* f : formats::all())
-    for (const FormatOption& fo : f->options)
-      sub->add_option_function<std::string>(
-             std::string(fo.flag),
-             [o, flag = std::string(fo.flag)](const std::string& v) { o->format_options[flag] = v; },
-             std::string(fo.help))
-          ->type_name(std::string(fo.type_name));
+  add_format_options(sub, o);
   sub->add_flag("--flat", o->flat, ".pt output: flat keys instead of the nesting dcp_to_torch_save rebuilds");
   sub->add_flag("--keep-unsafe-values", o->keep_unsafe_values,
                 ".pt output: keep non-tensor values torch.load(weights_only=True) would refuse (e.g. BytesIO)");

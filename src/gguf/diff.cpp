@@ -109,7 +109,7 @@ DiffResult diff_gguf(Input& source, Input& file, const DiffOptions& o, bool file
   using nlohmann::json;
   using namespace gguf_diff_impl;
   auto t0 = std::chrono::steady_clock::now();
-  const json config = read_config(source, o.assets);
+  const json config = gguf::converter_hparams(read_config(source, o.assets));
   const std::string where = source.path;
   const gguf::Arch arch = gguf::arch_of(config, where);
   Selection src_sel;
@@ -124,11 +124,16 @@ DiffResult diff_gguf(Input& source, Input& file, const DiffOptions& o, bool file
   std::vector<SelectedItem> items = input_items(source, src_sel);
 
   // The source's tensors in the converter's order (gguf/format.cpp's plan_files).
+  // A vision tower's and projector's tensors are not the text model's (gguf::converter_key).
   std::vector<const SelectedItem*> tensors;
+  std::vector<std::string> names;
   for (const SelectedItem& it : items)
-    if (it.tensor) tensors.push_back(&it);
+    if (it.tensor && !gguf::converter_key(it.key).empty()) {
+      tensors.push_back(&it);
+      names.push_back(gguf::converter_key(it.key));
+    }
   std::vector<std::string> sort_keys;
-  for (const SelectedItem* it : tensors) sort_keys.push_back(gguf::sort_key(arch, it->key));
+  for (const std::string& name : names) sort_keys.push_back(gguf::sort_key(arch, name));
   std::vector<size_t> order(tensors.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::sort(order.begin(), order.end(), [&](size_t x, size_t y) { return sort_keys[x] < sort_keys[y]; });
@@ -140,7 +145,7 @@ DiffResult diff_gguf(Input& source, Input& file, const DiffOptions& o, bool file
       throw UnsupportedError(
           Where(where, std::nullopt, tensors[i]->key),
           "'" + tensors[i]->key + "' is " + t.dtype_name + ": a GGUF holds floating tensors, compared as float32");
-    inputs.push_back({tensors[i]->key, t.shape});
+    inputs.push_back({names[i], t.shape});
     metas.push_back(&t);
   }
   gguf::OutType f32;
@@ -176,7 +181,7 @@ DiffResult diff_gguf(Input& source, Input& file, const DiffOptions& o, bool file
     if (!chosen(tp.name)) continue;
     KeyDiff k;
     k.key = tp.name;
-    for (size_t in : tp.inputs) k.sources.push_back(inputs[in].key);
+    for (size_t in : tp.inputs) k.sources.push_back(tensors[order[in]]->key);
     TensorMeta& src = r.metas.emplace_back();
     src.fqn = tp.name;
     src.dtype = tp.inputs.empty() ? DType::Float32 : *metas[tp.inputs[0]]->dtype;

@@ -186,7 +186,9 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
       if (a.name == "added_tokens.json") added_tokens_ = parse(read_asset(a.source), a.source);
     }
     std::string where = assets.searched.empty() ? o_.output : assets.searched.front();
+    if (!option(o_.format_options, "--mmproj").empty()) refuse_mmproj(where);
     if (!config_.is_null()) {
+      config_ = gguf::converter_hparams(config_);  // a vision-language model's text_config at the root
       arch_ = gguf::arch_of(config_, where);
       gguf::refuse_per_layer_experts(config_, where);  // before the tokenizer and quantization_config are asked
     }
@@ -228,6 +230,21 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
       throw UnsupportedError(Where(where_),
                              "Kimi's tiktoken tokenizer is written into a GGUF of deepseek2 only (the converter's "
                              "DeepseekV2Model reads it)");
+  }
+
+  // The converter's --mmproj (MmprojModel: the vision tower and projector as a clip GGUF, Kimi
+  // K2.5's KimiK25Model) is not written: refused, naming the model's class.
+  [[noreturn]] void refuse_mmproj(const std::string& where) const {
+    const json arch = config_.is_object() ? config_.value("architectures", json()) : json();
+    const std::string cls = arch.is_array() && !arch.empty() && arch[0].is_string()
+                                ? arch[0].get<std::string>()
+                                : "(no architectures in config.json)";
+    throw UnsupportedError(Where(where),
+                           "--mmproj (the vision tower and projector as llama.cpp's converter writes them, a clip "
+                           "GGUF) is not written by dcpctl, for " +
+                               cls +
+                               " or any model: an HF folder export (-o DIR/) keeps the tower, which "
+                               "convert_hf_to_gguf.py --mmproj reads; without --mmproj the GGUF is the text model");
   }
 
   // A split written by one process to local files is staged in one folder and journaled
@@ -293,17 +310,23 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
     if (job.group)
       throw UnsupportedError(Where(o_.output),
                              "a GGUF output is written by one process: run consolidate without torchrun");
-    order_.resize(plan.tensors.size());
-    std::iota(order_.begin(), order_.end(), size_t{0});
+    // The keys as the converter's filter_tensors passes them (gguf::converter_key): a vision
+    // tower's and projector's tensors left out (never read), `language_model.` taken out.
+    names_.clear();
+    order_.clear();
     std::vector<std::string> keys;
-    for (const PlannedTensor& pt : plan.tensors) keys.push_back(gguf::sort_key(arch_, pt.key));
+    for (size_t i = 0; i < plan.tensors.size(); ++i) {
+      names_.push_back(gguf::converter_key(plan.tensors[i].key));
+      keys.push_back(gguf::sort_key(arch_, names_.back()));
+      if (!names_.back().empty()) order_.push_back(i);
+    }
     std::sort(order_.begin(), order_.end(), [&](size_t a, size_t b) { return keys[a] < keys[b]; });
     // The converter's dequant_model (gguf/lowbit.h): FP8 weights dequantized with their scales,
     // which leave the inputs with the activation scales it drops.
     fp8_.clear();
     packed_.clear();
     std::vector<gguf::SourceTensor> sources;
-    for (size_t i : order_) sources.push_back({plan.tensors[i].key, plan.tensors[i].src, plan.tensors[i].t->shape});
+    for (size_t i : order_) sources.push_back({names_[i], plan.tensors[i].src, plan.tensors[i].t->shape});
     const gguf::LowBitSources low = gguf::converter_dequant(config_, sources, where_);
     std::vector<size_t> kept;
     for (size_t k = 0; k < order_.size(); ++k)
@@ -318,7 +341,7 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
     std::map<size_t, gguf::Input> packed_inputs;
     for (const auto& [w, n] : low.fp4) {
       const PlannedTensor& pt = plan.tensors[order_[w]];
-      gguf::Input in{pt.key,
+      gguf::Input in{names_[order_[w]],
                      {pt.t->shape.at(0), pt.t->shape.at(1) * 2},
                      n.mxfp4 ? gguf::TensorType::MXFP4 : gguf::TensorType::NVFP4};
       const std::string tail = ".weight_packed";
@@ -356,13 +379,13 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
                                "'" + pt.key + "' is " + torch_name(pt.src) +
                                    ": the converter repacks MXFP4 blocks and scales of uint8 only");
       if (mxfp4 && arch_.experts == gguf::Arch::Experts::GptOss) {
-        inputs.push_back({pt.key, pt.t->shape});
+        inputs.push_back({names_[i], pt.t->shape});
         continue;
       }
       if (!info(pt.src).floating || pt.src == DType::Float4_E2M1FN_X2)
         throw UnsupportedError(Where(where_, std::nullopt, pt.key),
                                "'" + pt.key + "' is " + torch_name(pt.src) + ": a GGUF output holds floating tensors");
-      inputs.push_back({pt.key, pt.t->shape});
+      inputs.push_back({names_[i], pt.t->shape});
     }
     plans_ = gguf::plan_tensors(arch_, config_, inputs, out_, where_);
     // Each tensor converted a window of whole rows at a time (gguf/rows.h): the smallest window of
@@ -746,9 +769,10 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
   std::optional<std::string> tiktoken_;   // tiktoken.model (Kimi K2: gguf/tiktoken.h)
   std::optional<std::string> spm_model_;  // tokenizer.model (SentencePiece: gguf/spm.h)
   std::string spm_path_;
-  json added_tokens_;          // added_tokens.json
-  bool spm_ = false;           // the tokenizer written is spm_model_'s
-  std::vector<size_t> order_;  // the inputs (plan.tensors' indices), in the converter's order
+  json added_tokens_;               // added_tokens.json
+  bool spm_ = false;                // the tokenizer written is spm_model_'s
+  std::vector<size_t> order_;       // the inputs (plan.tensors' indices), in the converter's order
+  std::vector<std::string> names_;  // each plan.tensors key as the converter names it ("": left out)
   // FP8 weights the converter dequantizes (gguf/lowbit.h), by plan.tensors' index; their scales too.
   std::map<size_t, gguf::Fp8Source> fp8_;
   std::map<size_t, size_t>
@@ -802,6 +826,10 @@ const Format gguf::output_format = [] {
       {"--split-max-tensors", "N",
        ".gguf output: split it as convert_hf_to_gguf.py --split-max-tensors does, at most N tensors a shard",
        kSplitElsewhere},
+      {"--mmproj", "",
+       ".gguf output: the vision tower and projector as convert_hf_to_gguf.py --mmproj writes them: not written by "
+       "this version (exit 5); without it a vision-language model's GGUF is its text model",
+       "--mmproj goes with a GGUF output (-o mmproj.gguf)"},
   };
   f.check_options = check_options;
   return f;

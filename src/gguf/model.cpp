@@ -505,6 +505,10 @@ const std::vector<std::pair<std::string, Arch>>& arch_table() {
       // DeepseekV2Model serves DeepSeek-V2 (V2-Lite: no q_lora, softmax gating) and V3 (Kimi K2's too).
       {"DeepseekV2ForCausalLM", {"deepseek2", false, E::Deepseek}},
       {"DeepseekV3ForCausalLM", {"deepseek2", false, E::Deepseek}},
+      // Kimi K2.5's text model (the converter registers KimiK25ForConditionalGeneration with
+      // DeepseekV2Model; its vision tower is KimiK25Model's mmproj file, not written here).
+      // transformers 5.24's own class, Kimi_K25ForConditionalGeneration, is not the converter's.
+      {"KimiK25ForConditionalGeneration", {"deepseek2", false, E::Deepseek}},
       {"Glm4MoeForCausalLM", {"glm4moe", false, E::Deepseek}},
       {"GptOssForCausalLM", {"gpt-oss", false, E::GptOss}},
       {"Gemma2ForCausalLM", gemma2_arch()},
@@ -525,7 +529,38 @@ const std::vector<std::pair<std::string, Arch>>& arch_table() {
   return table;
 }
 
+// TextModel.filter_tensors' multimodal tensors: a key starting with one of these, or holding one
+// of kMultimodalParts, is not the text model's.
+constexpr const char* kMultimodalStarts[] = {
+    "mlp",     "vit.",       "vpm.",           "siglip2.",          "conformer.",
+    "merger.", "resampler.", "sound_encoder.", "sound_projection.", "speech_embeddings."};
+constexpr const char* kMultimodalParts[] = {
+    "visual.",          "vision.",         "audio.",      "talker.",         "vision_",
+    "audio_",           "token2wav.",      "code2wav.",   "projector.",      "pre_mm_projector_norm",
+    "image_newline",    "view_seperator",  "patch_embed", "patch_embedding", "patch_merger.",
+    "patch_merge_mlp.", "model.connector."};
+
 }  // namespace
+
+json converter_hparams(const json& config) {
+  auto text = config.find("text_config");
+  if (!config.is_object() || text == config.end()) return config;
+  json merged = config;
+  if (text->is_object())
+    for (const auto& [k, v] : text->items()) merged[k] = v;
+  return merged;
+}
+
+std::string converter_key(const std::string& key) {
+  for (const char* s : kMultimodalStarts)
+    if (key.rfind(s, 0) == 0) return "";
+  for (const char* s : kMultimodalParts)
+    if (key.find(s) != std::string::npos) return "";
+  std::string out = key;
+  static const std::string lm = "language_model.";
+  for (size_t at = out.find(lm); at != std::string::npos; at = out.find(lm, at)) out.erase(at, lm.size());
+  return out;
+}
 
 Arch arch_of(const json& config, const std::string& where) {
   std::string hf;

@@ -7,11 +7,10 @@
 // Architectures: config.json's architectures[0] LlamaForCausalLM, MistralForCausalLM and
 // MixtralForCausalLM (llama), Qwen2ForCausalLM (qwen2), Qwen3ForCausalLM (qwen3),
 // Qwen3MoeForCausalLM (qwen3moe), DeepseekV2ForCausalLM and DeepseekV3ForCausalLM (deepseek2; Kimi K2 with
-// its tiktoken tokenizer: gguf/tiktoken.h), Glm4MoeForCausalLM (glm4moe),
-// GptOssForCausalLM (gpt-oss), Gemma2ForCausalLM (gemma2), Gemma3ForCausalLM (gemma3),
-// Phi3ForCausalLM (phi3), GraniteForCausalLM (granite), Olmo2ForCausalLM (olmo2),
-// Starcoder2ForCausalLM (starcoder2), CohereForCausalLM (command-r), FalconForCausalLM (falcon),
-// Ministral3ForCausalLM (mistral3), MPTForCausalLM (mpt), each a row of
+// its tiktoken tokenizer: gguf/tiktoken.h; Kimi K2.5's text model, KimiK25ForConditionalGeneration), Glm4MoeForCausalLM
+// (glm4moe), GptOssForCausalLM (gpt-oss), Gemma2ForCausalLM (gemma2), Gemma3ForCausalLM (gemma3), Phi3ForCausalLM
+// (phi3), GraniteForCausalLM (granite), Olmo2ForCausalLM (olmo2), Starcoder2ForCausalLM (starcoder2), CohereForCausalLM
+// (command-r), FalconForCausalLM (falcon), Ministral3ForCausalLM (mistral3), MPTForCausalLM (mpt), each a row of
 // model.cpp's architecture table (Arch: what the family's model class does beyond TextModel);
 // experts stacked per layer, GPT-OSS's fused experts split, DeepSeek's kv_b split, Llama 3's rope_freqs generated, the
 // linear and yarn rope keys. Anything else, a tensor the table does not name, another rope type, or a tokenizer the
@@ -106,7 +105,21 @@ struct Arch {
   void (*keys)(Header& h, const std::string& arch, const nlohmann::json& config, uint32_t file_type,
                const std::string& where) = nullptr;
 };
-// config.json's architecture; UnsupportedError naming it when the converter's model is not one here.
+// The hyperparameters the converter reads of config.json (TextModel.__init__): a vision-language
+// model's text_config moved to the root, over the keys there (`{**hparams, **text_config}`), so
+// that its architectures, sizes and ids are the text model's where text_config names them (Kimi
+// K2.5's KimiK25ForConditionalGeneration: a DeepSeek-V3 under `language_model.`). config.json as it
+// is where it has no text_config. Every reader of the GGUF module takes this, not config.json.
+nlohmann::json converter_hparams(const nlohmann::json& config);
+// A checkpoint key as the converter's filter_tensors passes it to the text model: "" for a tensor
+// TextModel.filter_tensors leaves out (a vision tower's, a multimodal projector's, an audio
+// encoder's: `vision_tower.*`, `mm_projector.*`, `model.visual.*`, ...), else the key with
+// `language_model.` taken out (ModelBase.filter_tensors: `language_model.model.layers.N.*` and
+// transformers' in-memory `model.language_model.layers.N.*` both read as `model.layers.N.*`).
+std::string converter_key(const std::string& key);
+// The architecture of the converter's hyperparameters (converter_hparams' architectures[0]: the
+// converter's get_model_architecture, text_config's first); UnsupportedError naming it when the
+// converter's model is not one here.
 Arch arch_of(const nlohmann::json& config, const std::string& where);
 
 // One tensor as the converter writes it.

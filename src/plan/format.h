@@ -68,7 +68,7 @@ struct PartBuffers {
 // ConsolidateOptions::format_options under its flag.
 struct FormatOption {
   std::string_view flag;       // "--outtype"
-  std::string_view type_name;  // "TYPE"
+  std::string_view type_name;  // "TYPE"; "": a flag without a value (its value "true" when given)
   std::string_view help;
   std::string_view elsewhere;  // the refusal when given with another format's output
 };

@@ -108,6 +108,10 @@ ARCHS = {
         norm_topk_prob=True, rope_parameters={
             "rope_type": "yarn", "rope_theta": 50000.0, "factor": 32.0, "original_max_position_embeddings": 64,
             "beta_fast": 1.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0})),
+    # Kimi K2.5's text model (KimiK25ForConditionalGeneration: Kimi K2's DeepSeek-V3 under
+    # language_model., text_config, beside a vision tower and projector the text GGUF leaves out;
+    # kimi_k25_model below), Kimi K2's tokenizer.
+    "kimi-k25": (None, "kimi", {}),
     # DeepSeek-V2-Lite's layout (DeepseekV2ForCausalLM): no q_lora (q_proj), softmax gating
     # (transformers' config has no scoring_func: written as the released config.json says it),
     # greedy top-k without groups, no e_score_correction_bias, a yarn rope with mscale_all_dim.
@@ -353,7 +357,7 @@ def phi3_tokens(out: Path) -> None:
 
 
 # The architectures whose files verify checks against gguf/model.cpp's expected_tensors.
-TABLE_CHECKED = {"llama", "mistral", "mixtral", "llama-spm", "mixtral-spm", "mistral-spm", "qwen3-spm", "qwen2", "qwen3", "qwen3moe", "deepseek2", "kimi-k2", "deepseekv2", "glm4moe",
+TABLE_CHECKED = {"llama", "mistral", "mixtral", "llama-spm", "mixtral-spm", "mistral-spm", "qwen3-spm", "qwen2", "qwen3", "qwen3moe", "deepseek2", "kimi-k2", "kimi-k25", "deepseekv2", "glm4moe",
                  "glm4moe-mtp", "gpt-oss", "gpt-oss-mxfp4", "gemma2", "gemma3", "phi3", "granite", "olmo2", "starcoder2", "command-r", "falcon", "ministral3", "mpt"}
 
 # A size that puts the embeddings and the head (Q8_0 of 128256 x 64: 8.7 MB) in shards of their own
@@ -378,6 +382,8 @@ def tiny_model(arch: str, out: Path, tokenizer: str | None = None, extra_vocab: 
     arch = arch.removesuffix("-mtp")
     out.mkdir(parents=True)
     import json
+    if arch == "kimi-k25":
+        return kimi_k25_model(out, *kimi_tokenizer(out))
     if ARCHS[arch][1] == "kimi":
         vocab, special = kimi_tokenizer(out)
     elif ARCHS[arch][1] in gguf_oracle.SPM or ARCHS[arch][1] in gguf_oracle.MISTRAL_SPM:
@@ -438,6 +444,49 @@ def tiny_model(arch: str, out: Path, tokenizer: str | None = None, extra_vocab: 
         (out / "config.json").write_text(_json.dumps(cfg, indent=2))
 
 
+def kimi_k25_model(out: Path, vocab: int, special: dict) -> None:
+    """Kimi K2.5 as its release lays it out: transformers 5.24's Kimi_K25ForConditionalGeneration
+    (a text model with Kimi K2's sizes, a small vision tower), its head untied, saved by
+    save_pretrained, then in the release's names: the text layers `language_model.model.layers.N`
+    (transformers 5.24 writes `language_model.model.blocks.N`, its rename of the vision tower's
+    `blocks` to `layers` reverted over the text layers too) and architectures
+    KimiK25ForConditionalGeneration (the released config.json's, which the converter registers;
+    transformers' class name, Kimi_K25ForConditionalGeneration, it does not). transformers must load
+    that folder with nothing missing or unexpected, to the tensors it saved."""
+    import json
+    from safetensors.torch import load_file, save_file
+    text = dict(ARCHS["kimi-k2"][2], hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                vocab_size=vocab, max_position_embeddings=256, tie_word_embeddings=False, **special)
+    vision = dict(hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=2, pos_emb_height=4,
+                  pos_emb_width=4, pos_emb_time=2)
+    cfg = transformers.Kimi_K25Config(text_config=text, vision_config=vision, projection_hidden_size=64,
+                                      tie_word_embeddings=False)
+    torch.manual_seed(0)
+    model = transformers.Kimi_K25ForConditionalGeneration(cfg)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if p.dim() == 1:
+                p.uniform_(0.5, 1.5)
+        for n, b in model.named_buffers():
+            if n.endswith("e_score_correction_bias"):
+                b.uniform_(0.0, 0.1)
+    model.save_pretrained(out)
+    sd = load_file(out / "model.safetensors")
+    sd = {k.replace("language_model.model.blocks.", "language_model.model.layers."): v for k, v in sd.items()}
+    if not any(k.startswith("language_model.model.layers.") for k in sd) or not any("vision_tower" in k for k in sd):
+        raise AssertionError(f"kimi-k25: not a text model and a tower: {sorted(sd)[:8]}")
+    save_file(sd, out / "model.safetensors", metadata={"format": "pt"})
+    c = json.loads((out / "config.json").read_text())
+    c["architectures"] = ["KimiK25ForConditionalGeneration"]
+    (out / "config.json").write_text(json.dumps(c, indent=2))
+    back, info = transformers.Kimi_K25ForConditionalGeneration.from_pretrained(out, output_loading_info=True)
+    bad = {k: v for k, v in info.items() if v}
+    want = model.state_dict()
+    differ = [k for k, v in back.state_dict().items() if not torch.equal(v, want[k])]
+    if bad or differ:
+        raise AssertionError(f"kimi-k25: transformers loads the release layout with {bad}, {differ[:6]} differing")
+
+
 def mtp_layer(kw: dict, cfg: dict) -> dict:
     """GLM-4.5's MTP (nextn) layer as zai-org's checkpoints hold it: model.layers.{num_hidden_layers}
     (config.json's num_nextn_predict_layers 1), a whole decoder layer (its MoE experts one tensor
@@ -491,14 +540,16 @@ def dcp_of(hf: Path, out: Path) -> None:
     out.mkdir(parents=True)
     sd = load_file(hf / "model.safetensors")
     cfg = json.loads((hf / "config.json").read_text())
-    if any(cfg.get(k) for k in ("num_local_experts", "num_experts", "n_routed_experts")) and \
+    kimi_k25 = cfg.get("model_type") == "kimi_k25"  # in memory model.language_model.*, model.vision_tower.*
+    if kimi_k25 or any(cfg.get(k) for k in ("num_local_experts", "num_experts", "n_routed_experts")) and \
             cfg["architectures"][0] != "GptOssForCausalLM":
-        model = transformers.AutoModelForCausalLM.from_pretrained(hf, dtype="auto")
+        auto = transformers.AutoModelForImageTextToText if kimi_k25 else transformers.AutoModelForCausalLM
+        model = auto.from_pretrained(hf, dtype="auto")
         sd = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
         if not any(k.endswith("mlp.experts.gate_up_proj") for k in sd):
             raise AssertionError(f"{hf}: transformers holds no fused experts: {sorted(sd)[:8]}")
         # GLM's MTP layer, which transformers does not load: as saved (its experts one tensor each).
-        n = cfg["num_hidden_layers"]
+        n = cfg.get("num_hidden_layers") or cfg["text_config"]["num_hidden_layers"]
         sd.update({k: v for k, v in load_file(hf / "model.safetensors").items()
                    if k.startswith("model.layers.") and int(k.split(".")[2]) >= n})
     if json.loads((hf / "config.json").read_text()).get("tie_word_embeddings"):
@@ -679,7 +730,7 @@ CHECKS_SMALL_MEMORY = 2
 def main(argv: list[str]) -> int:
     dcpctl = argv[0]
     cases = argv[1:] or ["llama:q8_0", "qwen2-tied:bf16", "qwen3-bf16:f16", "qwen3moe:q8_0", "mixtral:f16", "deepseek2:q8_0",
-                         "kimi-k2:q8_0", "deepseekv2:q8_0", "glm4moe-mtp:q8_0", "gpt-oss:f16", "gpt-oss-mxfp4:f16",
+                         "kimi-k2:q8_0", "kimi-k25:q8_0", "deepseekv2:q8_0", "glm4moe-mtp:q8_0", "gpt-oss:f16", "gpt-oss-mxfp4:f16",
                          "llama:q8_0:split", "llama-spm:q8_0", "mixtral-spm:f16", "gemma2:q8_0", "gemma3-bf16:bf16", "phi3:f16",
                          "granite:q8_0", "olmo2:f16", "starcoder2:q8_0", "command-r-tied:q8_0", "falcon:q8_0", "ministral3:q8_0", "mpt:f16"]
     try:
@@ -821,6 +872,32 @@ def main(argv: list[str]) -> int:
             r = subprocess.run([dcpctl, "consolidate", str(odd), "-o", str(tmp / "odd-kimi.gguf")], capture_output=True, text=True)
             check(not (r.returncode != 5 or "tiktoken.model" not in r.stderr or (tmp / "odd-kimi.gguf").exists()),
                   f"a tiktoken.model of another class: exit {r.returncode}, {r.stderr!r}")
+        # Kimi K2.5 as transformers 5.24 saves it (architectures Kimi_K25ForConditionalGeneration, the
+        # text layers language_model.model.blocks.N): the converter registers only the release's
+        # KimiK25ForConditionalGeneration and fails; dcpctl refuses it, exit 5 naming the class.
+        k25 = tmp / "kimi-k25" / "hf" / "tiny"
+        if k25.exists():
+            import json
+            # --mmproj: the converter's KimiK25Model (a clip GGUF of the vision tower) is not written by
+            # dcpctl, which says so (exit 5), writing nothing. (The converter itself fails on this
+            # folder's projector: "Can not map tensor 'mm_projector.proj.linear_2.bias'".)
+            r = subprocess.run([dcpctl, "consolidate", str(k25), "-o", str(tmp / "mmproj.gguf"), "--mmproj"],
+                               capture_output=True, text=True)
+            check(not (r.returncode != 5 or "--mmproj" not in r.stderr or "KimiK25ForConditionalGeneration" not in r.stderr
+                       or (tmp / "mmproj.gguf").exists()),
+                  f"--mmproj of Kimi K2.5: exit {r.returncode}, {r.stderr!r}")
+            odd = tmp / "odd-k25" / "tiny"
+            shutil.copytree(k25, odd)
+            cfg = json.loads((odd / "config.json").read_text())
+            (odd / "config.json").write_text(json.dumps({**cfg, "architectures": ["Kimi_K25ForConditionalGeneration"]}))
+            conv = gguf_oracle.convert(odd, tmp / "odd-k25" / "conv.gguf", ["--outtype", "q8_0"], python_args=["-c", KIMI_RUN])
+            check(not (conv.returncode == 0 or "Kimi_K25ForConditionalGeneration" not in conv.stderr),
+                  f"the converter on transformers' Kimi_K25ForConditionalGeneration: exit {conv.returncode}, "
+                  f"{conv.stderr[-600:]!r}")
+            r = subprocess.run([dcpctl, "consolidate", str(odd), "-o", str(tmp / "odd-k25.gguf")], capture_output=True, text=True)
+            check(not (r.returncode != 5 or "'Kimi_K25ForConditionalGeneration'" not in r.stderr or
+                       (tmp / "odd-k25.gguf").exists()),
+                  f"Kimi_K25ForConditionalGeneration: exit {r.returncode}, {r.stderr!r}")
     least = CHECKS_PER_CASE * len(cases) + CHECKS_SMALL_MEMORY * sum(1 for c in cases if not c.endswith(":split"))
     return TALLY.summary("gguf-converter", min_checks=least)
 

@@ -64,6 +64,35 @@ TEST_CASE("gguf_model: names and types as the converter picks them") {
         TensorType::F32);
 }
 
+TEST_CASE("gguf_model: a vision-language model read as the converter's TextModel reads it (Kimi K2.5)") {
+  // TextModel.__init__: text_config's keys over the root's; get_model_architecture: text_config's
+  // architectures first (none here: the root's, which the converter registers).
+  nlohmann::json config{{"architectures", {"KimiK25ForConditionalGeneration"}},
+                        {"tie_word_embeddings", true},
+                        {"text_config", {{"tie_word_embeddings", false}, {"num_hidden_layers", 2}}}};
+  nlohmann::json h = converter_hparams(config);
+  CHECK(h["tie_word_embeddings"] == false);
+  CHECK(h["num_hidden_layers"] == 2);
+  CHECK(arch_of(h, "cfg").name == "deepseek2");
+  config["text_config"]["architectures"] = {"MptForCausalLM"};
+  CHECK_THROWS_AS(arch_of(converter_hparams(config), "cfg"), UnsupportedError);
+  CHECK(converter_hparams(nlohmann::json{{"hidden_size", 8}}) == nlohmann::json{{"hidden_size", 8}});
+  // transformers' own class name is not the converter's
+  CHECK_THROWS_AS(arch_of(nlohmann::json{{"architectures", {"Kimi_K25ForConditionalGeneration"}}}, "cfg"),
+                  UnsupportedError);
+  // ModelBase.filter_tensors takes language_model. out; TextModel.filter_tensors leaves the tower out.
+  CHECK(converter_key("language_model.model.layers.3.mlp.gate.weight") == "model.layers.3.mlp.gate.weight");
+  CHECK(converter_key("model.language_model.layers.3.mlp.experts.gate_up_proj") ==
+        "model.layers.3.mlp.experts.gate_up_proj");
+  CHECK(converter_key("language_model.lm_head.weight") == "lm_head.weight");
+  CHECK(converter_key("model.layers.0.self_attn.q_proj.weight") == "model.layers.0.self_attn.q_proj.weight");
+  for (const char* tower : {"vision_tower.encoder.blocks.0.wqkv.weight", "model.vision_tower.layers.0.attn.proj.bias",
+                            "mm_projector.proj.0.weight", "model.mm_projector.pre_norm.weight",
+                            "vision_tower.patch_embed.pos_emb.weight", "model.visual.blocks.0.attn.qkv.weight",
+                            "multi_modal_projector.linear_1.weight", "pre_mm_projector_norm.weight"})
+    CHECK(converter_key(tower).empty());
+}
+
 TEST_CASE("gguf_model: Llama 3's rope_freqs as the converter's torch arithmetic gives them") {
   // LlamaModel.generate_extra_tensors under torch 2 (float32), printed with float.hex().
   nlohmann::json config{{"head_dim", 16},
