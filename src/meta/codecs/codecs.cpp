@@ -25,6 +25,7 @@ const std::vector<const Codec*>& codecs() {
       &ct_w4a16_codec(),
       &mo_nvfp4_codec(),
       &mo_mxfp8_codec(),
+      &inkling2_loop_codec(),
   };
   return list;
 }

@@ -137,6 +137,7 @@ const Codec& ct_mxfp4_codec();
 const Codec& ct_w4a16_codec();
 const Codec& mo_nvfp4_codec();
 const Codec& mo_mxfp8_codec();
+const Codec& inkling2_loop_codec();
 // The compressed-tensors formats and ModelOpt quant_algo values dcpctl decodes.
 bool ct_format_read(const std::string& format);
 bool modelopt_algo_read(const std::string& algo);
