@@ -828,8 +828,12 @@ void ConfigChecker::check_dtype(const std::set<std::string>& kept_dtype,
   const std::optional<std::string> d = cfg_.string({"dtype", "torch_dtype"});
   if (!d || !float_dtype_name(*d)) return;
   out_.checked.push_back("dtype");
+  std::set<std::string> keys;
+  for (const auto& t : tensors_) keys.insert(t.key);
+  const std::set<std::string> beside = codecs_beside(keys);  // a codec's own tensors: dtypes of their own
   auto keeps = [&](const HfTensor& t, const std::string& dtype) {
-    return own_dtype(t.key) || kept_dtype.count(t.key) || schema_keeps_dtype(config_, t.key, t.dtype, dtype);
+    return own_dtype(t.key) || beside.count(t.key) || kept_dtype.count(t.key) ||
+           schema_keeps_dtype(config_, t.key, t.dtype, dtype);
   };
   const std::string dtype = effective_dtype(*d, keeps);
   std::map<std::string, std::vector<std::string>> off;                              // dtype -> keys

@@ -30,6 +30,16 @@ const std::vector<const Codec*>& codecs() {
   return list;
 }
 
+std::set<std::string> codecs_beside(const std::set<std::string>& keys) {
+  std::set<std::string> out;
+  for (const Codec* c : codecs())
+    if (c->beside)
+      for (const std::string& k : keys)
+        for (std::string& b : c->beside(k))
+          if (keys.count(b)) out.insert(std::move(b));
+  return out;
+}
+
 const Codec* quantize_codec(const std::string& word, const std::string& format) {
   for (const Codec* c : codecs())
     if (c->quantize_word && word == c->quantize_word && (format.empty() || format == c->quant_method)) return c;

@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -62,6 +63,12 @@ struct Codec {
   // Recognition: the (weight, scale) pairs of `md` this codec reads (by name and rows), in table
   // order of the weights. Null: no view reads it as a weight (its dtype is read and written as is).
   std::vector<std::pair<uint32_t, uint32_t>> (*pairs)(const Metadata& md, const NameIndex& by_name) = nullptr;
+
+  // The tensors its decode takes beside weight `key` (its scale and any other), or none where `key` is
+  // not one of its weights: the model schema's check (check/hf_schema.cpp) counts those that are
+  // there as the quantization's own, not the model's, where config.json has no quantization_config
+  // to say so (Inkling2Loop's expert stacks). Null: the config's quantization_config says it.
+  std::vector<std::string> (*beside)(const std::string& key) = nullptr;
 
   // verify's HF checks: a scale whose key ends in `orphan_tail` (and holds `orphan_within`) and
   // whose weight (the key less scale_suffix, plus weight_suffix) is not there is an orphan.
@@ -174,6 +181,10 @@ bool explained_by_reader(const nlohmann::json& qc, const nlohmann::json& config)
 // with its member's part replaced), or the weight itself where it is in none. Asked by the encoders
 // (view/codecs/linear_encode.h) and verify (check/hf_config_checks.cpp).
 std::string fused_group(const std::string& weight);
+
+// Of `keys`, those a codec's decode takes beside a weight among them (Codec::beside), asked by
+// the schema's and verify's dtype checks.
+std::set<std::string> codecs_beside(const std::set<std::string>& keys);
 
 // The tensor indices by name.
 NameIndex tensor_names(const Metadata& md);

@@ -36,6 +36,11 @@ std::vector<std::pair<uint32_t, uint32_t>> ink_pairs(const Metadata& md, const N
   return pairs;
 }
 
+std::vector<std::string> ink_beside(const std::string& key) {
+  if (!ink_stack(key)) return {};
+  return {key + "_scale", key + "_amax", key + "_outer_scale_denominator"};
+}
+
 }  // namespace
 
 const Codec& inkling2_loop_codec() {
@@ -51,6 +56,7 @@ const Codec& inkling2_loop_codec() {
         {"inkling2-loop MXFP8 experts", "", "", D::Float8_E4M3FN, D::UInt8, false},
     };
     c.pairs = ink_pairs;
+    c.beside = ink_beside;
     c.display = "Inkling2Loop NVFP4 / MXFP8 experts";
     return c;
   }();
