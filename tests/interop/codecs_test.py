@@ -61,7 +61,17 @@ import quant_producers as qp  # noqa: E402
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 QUANT_SUFFIXES = ("weight_scale", "weight_scale_inv", "weight_scale_2", "weight_global_scale", "weight_packed",
-                  "weight_shape", "weight_zero_point", "weight_g_idx", "input_scale", "input_global_scale", ".scale")
+                  "weight_shape", "weight_zero_point", "weight_g_idx", "input_scale", "input_global_scale", ".scale",
+                  "_amax", "_outer_scale_denominator")
+
+
+def quant_aux(k: str, source: dict) -> bool:
+    """Whether `k` is a quantization tensor a decode consumes: a scale, a packed weight's parts, not a
+    module's own parameter of the same tail (Inkling's `q_l2_clip.scale`; DeepSeek-V4's `X.scale`
+    is a scale only beside `X.weight`)."""
+    if k.endswith(".scale"):
+        return k[:-6] + ".weight" in source
+    return k.endswith(QUANT_SUFFIXES)
 
 
 def out_tensors(d: Path) -> dict:
@@ -96,13 +106,16 @@ class Case:
         self.digests = digests or {}  # name -> float32 sha256 (ModelOpt's, recorded)
         self.source = source or {}  # every tensor as stored
         self.verify_warning = None  # the one warning code verify names (exit 0); None: no warning asked
+        # A float32 tensor of a bfloat16 model may stay float32 (the ones transformers keeps so; the
+        # case's from_pretrained comparison holds the export to transformers' own load).
+        self.keeps_float32 = False
 
 
 # The folders dcpctl reads (their codecs are in src/view/codecs/); every other one is refused under
 # --dtype, naming its scheme (READ_REFUSED's word) and one of its tensors, nothing written.
 READS = {f"ct-{s}-{m}" for s in qp.CT_SCHEMES for m in ("dense", "moe")} | {"ct-w4a16-top-format"} | {
     "modelopt_nvfp4", "modelopt_nvfp4_moe", "modelopt_nvfp4_mla", "modelopt_fp8", "modelopt_mxfp8", "modelopt_fp8_pb_wo",
-    "dsv4-i8", "dsv4-f4"}
+    "dsv4-i8", "dsv4-f4", "inkling2-loop"}
 
 
 def refused_word(case: "Case") -> str:
@@ -154,7 +167,7 @@ def check_read(dcpctl: str, case: Case, work: Path, report: bool) -> None:
         if not expect_rc(r, EXIT_OK, what):
             continue
         got = load_file(target) if case.partial_model else out_tensors(out)
-        left = sorted(k for k in got if k.endswith(QUANT_SUFFIXES))
+        left = sorted(k for k in got if quant_aux(k, case.source))
         check(not left, f"{what}: no scale or packed tensor left: {left[:5]}")
         if not case.partial_model:
             cfg = json.loads((out / "config.json").read_text())
@@ -173,13 +186,14 @@ def check_read(dcpctl: str, case: Case, work: Path, report: bool) -> None:
                 if g.dtype != torch.float32 or sha_f32(g) != case.digests[k]:
                     bad.append(f"{k} {g.dtype}: not ModelOpt's float32 bytes")
         check(not bad, f"{what}: quantized weights equal the reference: {bad[:4]} ({len(bad)} of {len(case.quantized)})")
-        plain = [k for k in case.source if not k.endswith(QUANT_SUFFIXES) and k not in case.quantized
+        plain = [k for k in case.source if not quant_aux(k, case.source) and k not in case.quantized
                  and k.rsplit(".", 1)[0] + ".weight" not in case.quantized]
         wrong = []
         for k in plain:
             src = case.source[k]
             want = src.to(dtype) if src.is_floating_point() else src
-            if k not in got or not same_bytes(got[k], want):
+            kept = case.keeps_float32 and src.dtype == torch.float32 and k in got and same_bytes(got[k], src)
+            if k not in got or not (same_bytes(got[k], want) or kept):
                 wrong.append(k)
         check(not wrong, f"{what}: the unquantized tensors are the source's cast: {wrong[:4]}")
     if case.src is not None:
@@ -570,6 +584,70 @@ def dsv4_cases(root: Path, only: set) -> list:
     return cases
 
 
+def ink_cases(root: Path, only: set) -> list:
+    """Inkling2Loop's NVFP4 and MXFP8 expert stacks beside plain ones (quant_producers.inkling2_loop),
+    against transformers 5.24.0's own Inkling2LoopDequantizeExperts over the same bytes."""
+    if only and "inkling2-loop" not in only:
+        return []
+    f = qp.inkling2_loop(root / "inkling2-loop")
+    stored = qp.folder_tensors(f)
+    want = {w: qp.inkling2_loop_reference(f, d) for w, d in DTYPES.items()}
+    check(set(want["fp32"]) == {k for k in stored if k.endswith(qp.INK_STACKS) and k + "_scale" in stored}
+          and len(want["fp32"]) == 2 * len(qp.INK_LAYOUT), f"inkling2-loop: the reference decodes every quantized stack")
+    case = Case("inkling2-loop", f, "inkling2-loop", set(want["fp32"]), want=want, source=stored)
+    case.keeps_float32 = True
+    return [case]
+
+
+def check_ink_loaded(dcpctl: str, root: Path) -> None:
+    """transformers 5.24.0's from_pretrained of the quantized folder (its conversion dequantizes the
+    stacks, then interleaves w13 into gate_up_proj) and of dcpctl's --dtype export of it: the same
+    parameters, bit for bit, nothing missing or unexpected; and each damaged copy of the folder
+    exits 3 under --dtype naming the tensor, nothing written."""
+    import transformers
+    f = root / "inkling2-loop"
+    if not f.exists():
+        return
+    cls = transformers.Inkling2LoopForConditionalGeneration
+    for word, dtype in DTYPES.items():
+        out = root / f"inkling2-loop-load-{word}"
+        if not expect_rc(run(dcpctl, "consolidate", f, "-o", f"{out}/", "--dtype", word, "-q"), EXIT_OK,
+                         f"inkling2-loop: consolidate --dtype {word} for from_pretrained"):
+            continue
+        a, ia = cls.from_pretrained(f, dtype=dtype, output_loading_info=True)
+        b, ib = cls.from_pretrained(out, dtype=dtype, output_loading_info=True)
+        hf_loaded(out)
+        sa, sb = a.state_dict(), b.state_dict()
+        experts = [k for k in sa if k.endswith(("experts.gate_up_proj", "experts.down_proj"))]
+        differ = [k for k in sa if k not in sb or not same_bytes(sa[k], sb[k])]
+        check(not any(ia.values()) and not any(ib.values()) and len(experts) == 8 and not differ
+              and all(sa[k].dtype == dtype and sa[k].abs().max() > 0 for k in experts),
+              f"inkling2-loop --dtype {word}: from_pretrained of dcpctl's export equals transformers' own dequantizing "
+              f"load: {differ[:4]} {ia} {ib}")
+    p = "model.llm.layers.{}.mlp.experts."
+    damaged = [
+        ("an NVFP4 w13_weight_scale a column short", p.format(0) + "w13_weight_scale", lambda v: v[..., :-1]),
+        ("an MXFP8 w2_weight_scale an expert short", p.format(1) + "w2_weight_scale", lambda v: v[:-1]),
+        ("an NVFP4 w2_weight_amax as [E, 1]", p.format(2) + "w2_weight_amax", lambda v: v[:, None]),
+        ("an NVFP4 w13_weight_outer_scale_denominator removed", p.format(2) + "w13_weight_outer_scale_denominator",
+         None),
+    ]
+    for i, (what, key, edit) in enumerate(damaged):
+        d = root / f"inkling2-loop-damaged-{i}"
+        shutil.copytree(f, d)
+        t = qp.folder_tensors(d)
+        if edit is None:
+            del t[key]
+        else:
+            t[key] = edit(t[key]).contiguous()
+        save_file(t, d / "model.safetensors", metadata={"format": "pt"})
+        out = root / f"{d.name}-out"
+        r = run(dcpctl, "consolidate", d, "-o", f"{out}/", "--dtype", "bf16", "-q")
+        check(r.returncode == EXIT_INVALID and f"'{key}'" in r.stderr and not out.exists(),
+              f"inkling2-loop, {what}: --dtype bf16 exit {r.returncode} (wanted 3) naming {key}, nothing written: "
+              f"{r.stderr.strip()[-300:]}")
+
+
 # --quantize WORD [flags] -> the compressed-tensors scheme of quant_producers it writes (issue 57 item
 # 3), and the codec `diff` names for its quantized weights.
 WRITES = {
@@ -820,7 +898,7 @@ def main() -> int:
     t0 = time.time()
     try:
         cases = (ct_cases(work / "src", only) + ct_top_format_case(work / "src", only)
-                 + modelopt_cases(a.fixtures, only) + dsv4_cases(work / "src", only))
+                 + modelopt_cases(a.fixtures, only) + dsv4_cases(work / "src", only) + ink_cases(work / "src", only))
         (work / "out").mkdir()
         print(f"{len(cases)} folders written and their references computed in {time.time() - t0:.1f} s")
         # ModelOpt's committed folders are found by listing: one lost must fail, not shrink the run
@@ -830,6 +908,7 @@ def main() -> int:
             if a.report:
                 print(case.name)
             check_read(a.dcpctl, case, work / "out", a.report)
+        check_ink_loaded(a.dcpctl, work / "src")
         if not only or "refusals" in only:
             refusals(a.dcpctl, work / "src", a.fixtures, a.report)
         t1 = time.time()
