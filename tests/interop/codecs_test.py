@@ -415,6 +415,25 @@ def refusals(dcpctl: str, root: Path, fixtures: Path, report: bool) -> None:
     for name in ("config.json", "hf_quant_config.json"):
         (f / name).write_text((f / name).read_text().replace('"fp8_pb_wo"', '"FP8_BLOCK_SCALES"'))
     cases.append(("modelopt quant_algo FP8_BLOCK_SCALES", f, {EXIT_UNSUPPORTED}, ["FP8_BLOCK_SCALES", "model.layers.0"]))
+    # MIXED_PRECISION with ggml-packed layers (ModelOpt's development tree writes them: quantized_layers
+    # {module: {quant_algo, group_size, block_payload_bytes, packing: "ggml"}}; nvidia-modelopt 0.47.0,
+    # the newest release, writes no `packing`): each refused naming the layer's type (the bytes are
+    # NVFP4's, the config written as that tree's convert_hf_quant_config_format writes it).
+    for algo, group, payload in (("Q8_0", 32, 34), ("IQ2_XS", 256, 74), ("IQ2_XXS", 256, 66)):
+        f = root / f"mo-mixed-{algo.lower()}"
+        shutil.copytree(fixtures / "layouts" / "modelopt_nvfp4" / "ckpt", f)
+        cfg = json.loads((f / "config.json").read_text())
+        qc = cfg["quantization_config"]
+        ggml = {"quant_algo": algo, "group_size": group, "block_payload_bytes": payload, "packing": "ggml"}
+        layers = {"model.layers.0.self_attn.q_proj": {"quant_algo": "NVFP4", "group_size": 16},
+                  "model.layers.0.mlp.down_proj": ggml}
+        qc.update(quant_algo="MIXED_PRECISION", quantized_layers=layers,
+                  config_groups={"group_0": {**qc["config_groups"]["group_0"], "targets": [
+                      "model.layers.0.self_attn.q_proj"]}, "group_1": {**ggml, "targets": ["model.layers.0.mlp.down_proj"]}})
+        (f / "config.json").write_text(json.dumps(cfg))
+        cases.append((f"modelopt MIXED_PRECISION with a {algo} layer packed as ggml", f, {EXIT_UNSUPPORTED},
+                      ["MIXED_PRECISION", f"'model.layers.0.mlp.down_proj' is {algo} packed as 'ggml'",
+                       "model.layers.0"]))
     # hf_quant_config.json alone says ModelOpt (config.json without quantization_config)
     f = root / "mo-sidecar"
     shutil.copytree(fixtures / "layouts" / "modelopt_nvfp4" / "ckpt", f)

@@ -60,6 +60,11 @@ struct Codec {
   // null: the quant_method is its own. Asked by the fail-closed check (view/codecs/unexplained.h).
   bool (*explains)(const nlohmann::json& qc, const nlohmann::json& config) = nullptr;
 
+  // What of quantization_config `qc` the codec recognises but does not decode, for the fail-closed
+  // refusal's message (view/codecs/unexplained.h): ModelOpt's MIXED_PRECISION layers, each type
+  // named. "" or null: nothing to add.
+  std::string (*unread)(const nlohmann::json& qc) = nullptr;
+
   // Recognition: the (weight, scale) pairs of `md` this codec reads (by name and rows), in table
   // order of the weights. Null: no view reads it as a weight (its dtype is read and written as is).
   std::vector<std::pair<uint32_t, uint32_t>> (*pairs)(const Metadata& md, const NameIndex& by_name) = nullptr;

@@ -49,6 +49,33 @@ bool modelopt_explains(const nlohmann::json& qc, const nlohmann::json& config) {
          modelopt_algo_read(qc["quant_algo"].get<std::string>());
 }
 
+// MIXED_PRECISION (export_hf_checkpoint of a model quantized in several formats): config.json's
+// quantization_config keeps hf_quant_config.json's `quantized_layers`, {module: {"quant_algo", ...}}.
+// Layers packed as ggml blocks ("packing": "ggml", with "block_payload_bytes"; Q8_0 and the IQ
+// codebook types) are in ModelOpt's development tree, not in nvidia-modelopt 0.47.0 (whose export
+// writes no `packing`), so none of them has a producer to check a decode against: each is named.
+std::string modelopt_unread(const nlohmann::json& qc) {
+  if (qc.value("quant_method", "") != "modelopt" || !qc.contains("quantized_layers") ||
+      !qc["quantized_layers"].is_object())
+    return "";
+  std::string out;
+  for (const auto& [module, layer] : qc["quantized_layers"].items()) {
+    if (!layer.is_object()) continue;
+    const std::string algo = layer.value("quant_algo", std::string("?")),
+                      packing = layer.contains("packing") && layer["packing"].is_string()
+                                    ? layer["packing"].get<std::string>()
+                                    : "";
+    if (packing.empty() && modelopt_algo_read(algo)) continue;
+    out += std::string(out.empty() ? "" : "; ") + "layer '" + module + "' is " + algo +
+           (packing.empty() ? "" : " packed as '" + packing + "' blocks");
+    if (!packing.empty()) break;  // the first packed one names the kind; the rest are alike
+  }
+  if (out.empty()) return "";
+  return "MIXED_PRECISION: " + out +
+         " (dcpctl decodes ModelOpt's NVFP4, W4A16_NVFP4, FP8, MXFP8 and FP8_PB_WO, one quant_algo a checkpoint; "
+         "nvidia-modelopt 0.47.0 writes no ggml packing, so no decode of one is checked against its producer)";
+}
+
 }  // namespace
 
 nlohmann::json modelopt_written_ignore(const nlohmann::json& ignore) {
@@ -86,6 +113,7 @@ const Codec& modelopt_codec() {
     };
     c.explains = modelopt_explains;
     c.pairs = modelopt_pairs;
+    c.unread = modelopt_unread;
     c.display = "ModelOpt";
     return c;
   }();

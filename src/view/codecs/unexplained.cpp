@@ -49,6 +49,8 @@ std::optional<std::string> unexplained_scheme(const Checkpoint& ck, const MapCon
     std::string s = where + ".quant_method '" + method + "'";
     if (!text(q, "format").empty()) s += " (format '" + text(q, "format") + "')";
     if (!text(q, "quant_algo").empty()) s += " (quant_algo '" + text(q, "quant_algo") + "')";
+    for (const Codec* c : codecs())
+      if (std::string u = c->unread ? c->unread(q) : ""; !u.empty()) s += ": " + u;
     const std::string experts = !text(q, "expert_dtype").empty() ? text(q, "expert_dtype") : text(cfg, "expert_dtype");
     if (!experts.empty()) s += " with expert_dtype '" + experts + "'";
     return s;
