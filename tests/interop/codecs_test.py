@@ -115,7 +115,7 @@ class Case:
 # --dtype, naming its scheme (READ_REFUSED's word) and one of its tensors, nothing written.
 READS = {f"ct-{s}-{m}" for s in qp.CT_SCHEMES for m in ("dense", "moe")} | {"ct-w4a16-top-format"} | {
     "modelopt_nvfp4", "modelopt_nvfp4_moe", "modelopt_nvfp4_mla", "modelopt_fp8", "modelopt_mxfp8", "modelopt_fp8_pb_wo",
-    "dsv4-i8", "dsv4-f4", "inkling2-loop"}
+    "dsv4-i8", "dsv4-f4", "dsv41-mxfp8", "dsv41-fp8-experts", "inkling2-loop"}
 
 
 def refused_word(case: "Case") -> str:
@@ -441,6 +441,10 @@ def refusals(dcpctl: str, root: Path, fixtures: Path, report: bool) -> None:
     del cfg["quantization_config"]
     (f / "config.json").write_text(json.dumps(cfg))
     cases.append(("hf_quant_config.json only", f, {EXIT_UNSUPPORTED}, ["hf_quant_config.json", "NVFP4"]))
+    # DeepSeek V4.1's Engram table (float8 rows, an E8M0 scale per 32 values of a row): no reader of
+    # the pinned versions decodes it (transformers 5.24.0 has no Engram; vLLM 0.33 only on a GPU)
+    f = qp.dsv4(root / "dsv41-engram", engram=True)
+    cases.append(("DeepSeek V4.1's Engram table", f, {EXIT_UNSUPPORTED}, ["Engram", "'layers.0.engram.embed.weight'"]))
     # DeepSeek-V4: an FP8 weight whose X.scale is gone is never cast
     f = qp.dsv4(root / "dsv4-noscale")
     t = qp.folder_tensors(f)
@@ -591,11 +595,13 @@ def modelopt_cases(fixtures: Path, only: set) -> list:
 
 def dsv4_cases(root: Path, only: set) -> list:
     cases = []
-    for experts, at in (("i8", "qc"), ("f4", "top")):
-        name = f"dsv4-{experts}"
+    # V4's FP4 experts (I8 or F4 codes), V4.1's MXFP8 Linear layers (32x32 blocks) and its FP8 experts
+    # (expert_dtype fp8, float32 scales)
+    for name, experts, at, block in (("dsv4-i8", "i8", "qc", 128), ("dsv4-f4", "f4", "top", 128),
+                                     ("dsv41-mxfp8", "i8", "qc", 32), ("dsv41-fp8-experts", "fp8", "qc", 128)):
         if only and name not in only:
             continue
-        f = qp.dsv4(root / name, experts=experts, expert_dtype_at=at)
+        f = qp.dsv4(root / name, experts=experts, expert_dtype_at=at, block=block)
         stored = qp.folder_tensors(f)
         want = {w: qp.dsv4_reference(f, d) for w, d in DTYPES.items()}
         quantized = {k for k in stored if k.endswith(".weight") and k[:-7] + ".scale" in stored}

@@ -472,16 +472,27 @@ def _dsv4_fp4(w: torch.Tensor) -> tuple:
     return packed, scale.to(torch.float8_e8m0fnu)
 
 
-def dsv4(out: Path, experts: str = "i8", expert_dtype_at: str = "qc") -> Path:
-    """A tiny folder in DeepSeek-V4's release layout (see the module docstring)."""
+def _fp8_quantizer(block: tuple, scale_fmt: str):
+    """transformers' own Fp8Quantize for `block` and `scale_fmt` ("ue8m0": F8_E8M0 scales; "float": float32)."""
     from transformers.integrations.finegrained_fp8 import Fp8Quantize
 
     class _Q:  # what Fp8Quantize asks of its quantizer
         class quantization_config:
-            weight_block_size = (128, 128)
-            scale_fmt = "ue8m0"
+            weight_block_size = block
             activation_scheme = "dynamic"
-    quantize = Fp8Quantize(_Q())
+    _Q.quantization_config.scale_fmt = scale_fmt
+    return Fp8Quantize(_Q())
+
+
+def dsv4(out: Path, experts: str = "i8", expert_dtype_at: str = "qc", block: int = 128, engram: bool = False) -> Path:
+    """A tiny folder in DeepSeek-V4's release layout (see the module docstring). V4.1's variants:
+    `block` 32, its MXFP8 Linear layers (weight_block_size [32, 32], F8_E8M0 scales, FP4 experts);
+    experts "fp8" (expert_dtype fp8, Flash-Base: experts and Linear layers FP8 in 128x128 blocks,
+    float32 scales); `engram`: layer 0's Engram table (`layers.0.engram.embed.weight` float8 rows,
+    its `.scale` one F8_E8M0 per 32 values of a row, vLLM 0.33's deepseek_v41 layout)."""
+    fp8_experts = experts == "fp8"
+    scale_fmt = "float" if fp8_experts else "ue8m0"
+    quantize = _fp8_quantizer((block, block), scale_fmt)
     g = torch.Generator().manual_seed(SEED + 4)
     H, I, E, V = 256, 128, 4, 64
 
@@ -504,25 +515,33 @@ def dsv4(out: Path, experts: str = "i8", expert_dtype_at: str = "qc") -> Path:
         tensors[p + "ffn.gate.bias"] = rnd(E)
         for e in range(E):
             for w, shape in (("w1", (I, H)), ("w2", (H, I)), ("w3", (I, H))):
-                packed, scale = _dsv4_fp4(rnd(*shape, s=0.02 * (1 + e)).float())
                 key = f"{p}ffn.experts.{e}.{w}"
+                if fp8_experts:
+                    fp8_weights[key] = rnd(*shape, s=0.02 * (1 + e))
+                    continue
+                packed, scale = _dsv4_fp4(rnd(*shape, s=0.02 * (1 + e)).float())
                 tensors[key + ".weight"] = packed if experts == "i8" else packed.view(torch.float4_e2m1fn_x2)
                 tensors[key + ".scale"] = scale
+    if engram:
+        name = "layers.0.engram.embed"
+        res = _fp8_quantizer((1, 32), "ue8m0").convert({name + ".weight": rnd(96, H)})
+        tensors[name + ".weight"] = res[name + ".weight"]
+        tensors[name + ".scale"] = res[name + ".weight_scale_inv"].contiguous()
     for name, w in fp8_weights.items():
         res = quantize.convert({name + ".weight": w})
         tensors[name + ".weight"] = res[name + ".weight"]
         tensors[name + ".scale"] = res[name + ".weight_scale_inv"].contiguous()
     out.mkdir(parents=True, exist_ok=True)
     save_file(tensors, out / "model.safetensors", metadata={"format": "pt"})
-    qc = {"quant_method": "fp8", "fmt": "e4m3", "scale_fmt": "ue8m0", "activation_scheme": "dynamic",
-          "weight_block_size": [128, 128]}
+    qc = {"quant_method": "fp8", "fmt": "e4m3", "scale_fmt": scale_fmt, "activation_scheme": "dynamic",
+          "weight_block_size": [block, block]}
     cfg = {"architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v4", "hidden_size": H,
            "moe_intermediate_size": I, "n_routed_experts": E, "n_shared_experts": 1, "num_hidden_layers": 2,
            "vocab_size": V, "torch_dtype": "bfloat16", "quantization_config": qc}
     if expert_dtype_at == "qc":
-        qc["expert_dtype"] = "fp4"  # V4.1
+        qc["expert_dtype"] = "fp8" if fp8_experts else "fp4"  # V4.1
     else:
-        cfg["expert_dtype"] = "fp4"  # V4: top level, moved into quantization_config by transformers
+        cfg["expert_dtype"] = "fp8" if fp8_experts else "fp4"  # V4: top level, moved into quantization_config
     (out / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
     return out
 
