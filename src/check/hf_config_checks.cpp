@@ -395,6 +395,7 @@ class ConfigChecker {
   void check_vocab();
   void check_tie(const SameBytes& same_bytes);
   void check_quantization(const ReadScalar& read_scalar);
+  void check_codec_beside();
   void check_dtype(const std::set<std::string>& kept_dtype, const std::map<std::string, std::string>& user_kept);
   ConfigCheckResult result() && { return std::move(out_); }
 
@@ -748,6 +749,32 @@ void ConfigChecker::check_quantization(const ReadScalar& read_scalar) {
       [&](const char* c, const std::string& k, const std::string& m) { warning(c, k, m); });
 }
 
+// The tensors a codec decodes beside its weights where no quantization_config names the format
+// (Inkling2Loop's expert stacks: meta/codecs/codecs.h, Codec::expected_beside), each present in a
+// dtype and shape its weight's format takes.
+void ConfigChecker::check_codec_beside() {
+  if (cfg_.object("quantization_config")) return;  // check_quantization's, by the config's format
+  for (const auto& t : tensors_)
+    for (const Codec* c : codecs())
+      for (const Codec::Expected& e :
+           c->expected_beside ? c->expected_beside(t.key, t.dtype, t.shape) : std::vector<Codec::Expected>()) {
+        const auto it = by_key_.find(e.key);
+        if (it == by_key_.end()) {
+          problem("quant-scale-missing", t.key,
+                  std::string(c->display) + " weight (" + t.dtype + " " + dims(t.shape) + ") without its " + e.what +
+                      " (" + e.key + ")");
+          continue;
+        }
+        const HfTensor& s = *it->second;
+        const bool dtype_ok = std::find(e.dtypes.begin(), e.dtypes.end(), s.dtype) != e.dtypes.end();
+        if (!dtype_ok || std::find(e.shapes.begin(), e.shapes.end(), s.shape) == e.shapes.end())
+          problem("quant-scale-shape", e.key,
+                  s.dtype + " " + dims(s.shape) + " is not the " + e.what + " of " + c->display + " weight " + t.key +
+                      " (" + t.dtype + " " + dims(t.shape) + "): " + e.dtypes[0] + " " + dims(e.shapes[0]) +
+                      " expected");
+      }
+}
+
 void ConfigChecker::check_quantized_weights(const std::vector<std::string>& skip) {
   for (const auto& t : tensors_) {
     const std::string& k = t.key;
@@ -883,6 +910,7 @@ ConfigCheckResult check_hf_config(const json& config, const std::string& config_
   c.check_vocab();
   c.check_tie(same_bytes);
   c.check_quantization(read_scalar);
+  c.check_codec_beside();
   c.check_dtype(kept_dtype, user_kept);
   return std::move(c).result();
 }

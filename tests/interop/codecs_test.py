@@ -628,7 +628,7 @@ def check_ink_loaded(dcpctl: str, root: Path) -> None:
     """transformers 5.24.0's from_pretrained of the quantized folder (its conversion dequantizes the
     stacks, then interleaves w13 into gate_up_proj) and of dcpctl's --dtype export of it: the same
     parameters, bit for bit, nothing missing or unexpected; and each damaged copy of the folder
-    exits 3 under --dtype naming the tensor, nothing written."""
+    exits 3 under --dtype naming the tensor, nothing written, and in verify with the scale check's code."""
     import transformers
     f = root / "inkling2-loop"
     if not f.exists():
@@ -650,14 +650,16 @@ def check_ink_loaded(dcpctl: str, root: Path) -> None:
               f"inkling2-loop --dtype {word}: from_pretrained of dcpctl's export equals transformers' own dequantizing "
               f"load: {differ[:4]} {ia} {ib}")
     p = "model.llm.layers.{}.mlp.experts."
-    damaged = [
-        ("an NVFP4 w13_weight_scale a column short", p.format(0) + "w13_weight_scale", lambda v: v[..., :-1]),
-        ("an MXFP8 w2_weight_scale an expert short", p.format(1) + "w2_weight_scale", lambda v: v[:-1]),
-        ("an NVFP4 w2_weight_amax as [E, 1]", p.format(2) + "w2_weight_amax", lambda v: v[:, None]),
+    damaged = [  # (what, the tensor damaged, how, verify's code)
+        ("an NVFP4 w13_weight_scale a column short", p.format(0) + "w13_weight_scale", lambda v: v[..., :-1],
+         "quant-scale-shape"),
+        ("an MXFP8 w2_weight_scale an expert short", p.format(1) + "w2_weight_scale", lambda v: v[:-1],
+         "quant-scale-shape"),
+        ("an NVFP4 w2_weight_amax as [E, 1]", p.format(2) + "w2_weight_amax", lambda v: v[:, None], "quant-scale-shape"),
         ("an NVFP4 w13_weight_outer_scale_denominator removed", p.format(2) + "w13_weight_outer_scale_denominator",
-         None),
+         None, "quant-scale-missing"),
     ]
-    for i, (what, key, edit) in enumerate(damaged):
+    for i, (what, key, edit, code) in enumerate(damaged):
         d = root / f"inkling2-loop-damaged-{i}"
         shutil.copytree(f, d)
         t = qp.folder_tensors(d)
@@ -671,6 +673,10 @@ def check_ink_loaded(dcpctl: str, root: Path) -> None:
         check(r.returncode == EXIT_INVALID and f"'{key}'" in r.stderr and not out.exists(),
               f"inkling2-loop, {what}: --dtype bf16 exit {r.returncode} (wanted 3) naming {key}, nothing written: "
               f"{r.stderr.strip()[-300:]}")
+        r = run(dcpctl, "verify", d)
+        said = r.stdout + r.stderr
+        check(r.returncode == EXIT_INVALID and f"[{code}]" in said and key in said,
+              f"inkling2-loop, {what}: verify exit {r.returncode} (wanted 3) with [{code}] naming {key}: {said[-400:]}")
 
 
 # --quantize WORD [flags] -> the compressed-tensors scheme of quant_producers it writes (issue 57 item

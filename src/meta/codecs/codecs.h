@@ -69,6 +69,19 @@ struct Codec {
   // order of the weights. Null: no view reads it as a weight (its dtype is read and written as is).
   std::vector<std::pair<uint32_t, uint32_t>> (*pairs)(const Metadata& md, const NameIndex& by_name) = nullptr;
 
+  // What verify's HF checks (check/hf_config_checks.cpp) hold the tensors beside weight `key` of
+  // `dtype` and `shape` to where config.json has no quantization_config to name the format (the
+  // codec's `beside` names them): each one's name, the dtypes and shapes it may have, and what it
+  // is. None: `key` is not one of its weights, or not quantized.
+  struct Expected {
+    std::string key;
+    std::vector<std::string> dtypes;  // torch names ("float8_e4m3fn")
+    std::vector<std::vector<int64_t>> shapes;
+    std::string what;  // "Inkling2Loop NVFP4 block scale (one per 16 values)"
+  };
+  std::vector<Expected> (*expected_beside)(const std::string& key, const std::string& dtype,
+                                           const std::vector<int64_t>& shape) = nullptr;
+
   // The tensors its decode takes beside weight `key` (its scale and any other), or none where `key` is
   // not one of its weights: the model schema's check (check/hf_schema.cpp) counts those that are
   // there as the quantization's own, not the model's, where config.json has no quantization_config

@@ -41,6 +41,20 @@ std::vector<std::string> ink_beside(const std::string& key) {
   return {key + "_scale", key + "_amax", key + "_outer_scale_denominator"};
 }
 
+std::vector<Codec::Expected> ink_expected(const std::string& key, const std::string& dtype,
+                                          const std::vector<int64_t>& shape) {
+  if (!ink_stack(key) || shape.size() != 3) return {};
+  const int64_t E = shape[0], R = shape[1];
+  const std::vector<std::string> floats{"float32", "bfloat16", "float16", "float8_e4m3fn"};
+  if (dtype == "uint8")
+    return {{key + "_scale", {"float8_e4m3fn"}, {{E, R, shape[2] * 2 / 16}}, "NVFP4 block scale (one per 16 values)"},
+            {key + "_amax", floats, {{E}}, "NVFP4 amax (one a expert)"},
+            {key + "_outer_scale_denominator", floats, {{E}, {}, {1}}, "NVFP4 outer scale denominator"}};
+  if (dtype == "float8_e4m3fn")
+    return {{key + "_scale", {"uint8"}, {{E, R, shape[2] / 32}}, "MXFP8 exponent (one per 32 values)"}};
+  return {};
+}
+
 }  // namespace
 
 const Codec& inkling2_loop_codec() {
@@ -57,7 +71,8 @@ const Codec& inkling2_loop_codec() {
     };
     c.pairs = ink_pairs;
     c.beside = ink_beside;
-    c.display = "Inkling2Loop NVFP4 / MXFP8 experts";
+    c.expected_beside = ink_expected;
+    c.display = "Inkling2Loop expert stack";
     return c;
   }();
   return codec;
