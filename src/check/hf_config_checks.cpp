@@ -223,6 +223,10 @@ class ScaleChecker {
 
  private:
   bool has(const char* f) const { return formats_.count(f) > 0; }
+  // ModelOpt's quant_algo for `module`: a MIXED_PRECISION config's for that layer.
+  bool has_at(const std::string& module, const char* f) const {
+    return has("MIXED_PRECISION") ? modelopt_layer_algo(qc_, module) == f : has(f);
+  }
   const HfTensor* at(const std::string& k) const {
     auto it = by_key_.find(k);
     return it == by_key_.end() ? nullptr : it->second;
@@ -271,23 +275,23 @@ class ScaleChecker {
 
   void check_modelopt(const std::string& k, const HfTensor& w, const std::string& module) {
     const int64_t N = w.shape[0];
-    if ((has("NVFP4") || has("W4A16_NVFP4")) && w.dtype == "uint8") {
+    if ((has_at(module, "NVFP4") || has_at(module, "W4A16_NVFP4")) && w.dtype == "uint8") {
       const int64_t K = w.shape[1] * 2;
       expect(k, module + ".weight_scale", "float8_e4m3fn", {N, K / 16}, "ModelOpt NVFP4");
       global(k, "weight_scale_2", "ModelOpt NVFP4");
-      if (has("NVFP4") && !at(module + ".input_scale"))
+      if (has_at(module, "NVFP4") && !at(module + ".input_scale"))
         problem_("quant-scale-missing", k,
                  "a ModelOpt NVFP4 weight without its input_scale (" + module +
                      ".input_scale): quant_algo NVFP4 quantizes the activations with it (W4A16_NVFP4 needs none)");
-    } else if (has("MXFP8") && w.dtype == "float8_e4m3fn") {
+    } else if (has_at(module, "MXFP8") && w.dtype == "float8_e4m3fn") {
       expect(k, module + ".weight_scale", "uint8", {N, w.shape[1] / 32}, "ModelOpt MXFP8");
-    } else if ((has("fp8_pb_wo") || has("FP8_PB_WO")) && w.dtype == "float8_e4m3fn") {
+    } else if ((has_at(module, "fp8_pb_wo") || has_at(module, "FP8_PB_WO")) && w.dtype == "float8_e4m3fn") {
       // one float32 a 128x128 block: [rb, 1, cb, 1] as the export writes it, or [rb, cb]
       const int64_t rb = (N + 127) / 128, cb = (w.shape[1] + 127) / 128;
       const HfTensor* s = at(module + ".weight_scale");
       if (!(s && s->dtype == "float32" && s->shape == std::vector<int64_t>{rb, cb}))
         expect(k, module + ".weight_scale", "float32", {rb, 1, cb, 1}, "ModelOpt FP8_PB_WO");
-    } else if (has("FP8") && w.dtype == "float8_e4m3fn") {
+    } else if (has_at(module, "FP8") && w.dtype == "float8_e4m3fn") {
       const HfTensor& s = *at(module + ".weight_scale");
       if (!scalar(s))
         problem_(

@@ -115,6 +115,7 @@ class Case:
 # --dtype, naming its scheme (READ_REFUSED's word) and one of its tensors, nothing written.
 READS = {f"ct-{s}-{m}" for s in qp.CT_SCHEMES for m in ("dense", "moe")} | {"ct-w4a16-top-format"} | {
     "modelopt_nvfp4", "modelopt_nvfp4_moe", "modelopt_nvfp4_mla", "modelopt_fp8", "modelopt_mxfp8", "modelopt_fp8_pb_wo",
+    "modelopt_mixed",
     "dsv4-i8", "dsv4-f4", "dsv41-mxfp8", "dsv41-fp8-experts", "inkling2-loop"}
 
 
@@ -537,6 +538,14 @@ def verify_damaged(dcpctl: str, root: Path, fixtures: Path, src: Path) -> None:
          m + "mlp.up_proj.weight_packed"),
         ("a ModelOpt FP8_PB_WO block scale cut off", pb_cut, "quant-scale-shape", m + "mlp.down_proj.weight_scale"),
         ("ModelOpt FP8_PB_WO scales of another grid", pb_shape, "quant-scale-shape", m + "self_attn.o_proj.weight_scale"),
+        ("a ModelOpt MIXED_PRECISION NVFP4 layer's weight_scale a column short", damage(
+            modelopt("modelopt_mixed", "mo-v-mixed-nvfp4"), lambda t: t.update(
+                {m + "self_attn.k_proj.weight_scale": t[m + "self_attn.k_proj.weight_scale"][:, :-1]})),
+         "quant-scale-shape", m + "self_attn.k_proj.weight_scale"),
+        ("a ModelOpt MIXED_PRECISION FP8 layer's weight_scale as [1, 1]", damage(
+            modelopt("modelopt_mixed", "mo-v-mixed-fp8"), lambda t: t.update(
+                {m + "mlp.up_proj.weight_scale": t[m + "mlp.up_proj.weight_scale"].reshape(1, 1)})),
+         "quant-scale-shape", m + "mlp.up_proj.weight_scale"),
         ("a ModelOpt weight_scale a column short", damage(modelopt("modelopt_nvfp4_moe", "mo-v-shape"),
          lambda t: t.update({e + "1.up_proj.weight_scale": t[e + "1.up_proj.weight_scale"][:, :-1]})),
          "quant-scale-shape", e + "1.up_proj.weight_scale"),

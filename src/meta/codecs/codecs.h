@@ -166,6 +166,9 @@ const Codec& inkling2_loop_codec();
 // The compressed-tensors formats and ModelOpt quant_algo values dcpctl decodes.
 bool ct_format_read(const std::string& format);
 bool modelopt_algo_read(const std::string& algo);
+// The quant_algo of ModelOpt quantization_config `qc` for Linear `module`: a MIXED_PRECISION
+// config's quantized_layers entry for it ("" where it has none), else the config's own.
+std::string modelopt_layer_algo(const nlohmann::json& qc, const std::string& module);
 // fp8-block's half_step: half an e4m3fn ULP at |q| (q a value of the format, or near one).
 double e4m3_half_ulp(double q);
 // NVFP4's and compressed-tensors' MXFP4's half_step: half the larger gap beside |q| on the E2M1 grid
