@@ -116,7 +116,7 @@ class Case:
 READS = {f"ct-{s}-{m}" for s in qp.CT_SCHEMES for m in ("dense", "moe")} | {"ct-w4a16-top-format"} | {
     "modelopt_nvfp4", "modelopt_nvfp4_moe", "modelopt_nvfp4_mla", "modelopt_fp8", "modelopt_mxfp8", "modelopt_fp8_pb_wo",
     "modelopt_mixed",
-    "dsv4-i8", "dsv4-f4", "dsv41-mxfp8", "dsv41-fp8-experts", "inkling2-loop"}
+    "dsv4-i8", "dsv4-f4", "dsv41-mxfp8", "dsv41-fp8-experts", "inkling2-loop", "inkling2-loop-text"}
 
 
 def refused_word(case: "Case") -> str:
@@ -618,19 +618,25 @@ def dsv4_cases(root: Path, only: set) -> list:
     return cases
 
 
+INK_CASES = {"inkling2-loop": False, "inkling2-loop-text": True}  # name -> the text model alone
+
+
 def ink_cases(root: Path, only: set) -> list:
     """Inkling2Loop's NVFP4 and MXFP8 expert stacks beside plain ones (quant_producers.inkling2_loop),
     against transformers 5.24.0's own Inkling2LoopDequantizeExperts over the same bytes."""
-    if only and "inkling2-loop" not in only:
-        return []
-    f = qp.inkling2_loop(root / "inkling2-loop")
-    stored = qp.folder_tensors(f)
-    want = {w: qp.inkling2_loop_reference(f, d) for w, d in DTYPES.items()}
-    check(set(want["fp32"]) == {k for k in stored if k.endswith(qp.INK_STACKS) and k + "_scale" in stored}
-          and len(want["fp32"]) == 2 * len(qp.INK_LAYOUT), f"inkling2-loop: the reference decodes every quantized stack")
-    case = Case("inkling2-loop", f, "inkling2-loop", set(want["fp32"]), want=want, source=stored)
-    case.keeps_float32 = True
-    return [case]
+    cases = []
+    for name, text in INK_CASES.items():
+        if only and name not in only:
+            continue
+        f = qp.inkling2_loop(root / name, text=text)
+        stored = qp.folder_tensors(f)
+        want = {w: qp.inkling2_loop_reference(f, d) for w, d in DTYPES.items()}
+        check(set(want["fp32"]) == {k for k in stored if k.endswith(qp.INK_STACKS) and k + "_scale" in stored}
+              and len(want["fp32"]) == 2 * len(qp.INK_LAYOUT), f"{name}: the reference decodes every quantized stack")
+        case = Case(name, f, "inkling2-loop", set(want["fp32"]), want=want, source=stored)
+        case.keeps_float32 = True
+        cases.append(case)
+    return cases
 
 
 def check_ink_loaded(dcpctl: str, root: Path) -> None:
@@ -638,26 +644,29 @@ def check_ink_loaded(dcpctl: str, root: Path) -> None:
     stacks, then interleaves w13 into gate_up_proj) and of dcpctl's --dtype export of it: the same
     parameters, bit for bit, nothing missing or unexpected; and each damaged copy of the folder
     exits 3 under --dtype naming the tensor, nothing written, and in verify with the scale check's code."""
-    import transformers
+    for name, text in INK_CASES.items():
+        f = root / name
+        if not f.exists():
+            continue
+        cls = qp.inkling2_loop_class(text)
+        for word, dtype in DTYPES.items():
+            out = root / f"{name}-load-{word}"
+            if not expect_rc(run(dcpctl, "consolidate", f, "-o", f"{out}/", "--dtype", word, "-q"), EXIT_OK,
+                             f"{name}: consolidate --dtype {word} for from_pretrained"):
+                continue
+            a, ia = cls.from_pretrained(f, dtype=dtype, output_loading_info=True)
+            b, ib = cls.from_pretrained(out, dtype=dtype, output_loading_info=True)
+            hf_loaded(out)
+            sa, sb = a.state_dict(), b.state_dict()
+            experts = [k for k in sa if k.endswith(("experts.gate_up_proj", "experts.down_proj"))]
+            differ = [k for k in sa if k not in sb or not same_bytes(sa[k], sb[k])]
+            check(not any(ia.values()) and not any(ib.values()) and len(experts) == 8 and not differ
+                  and all(sa[k].dtype == dtype and sa[k].abs().max() > 0 for k in experts),
+                  f"{name} --dtype {word}: from_pretrained of dcpctl's export equals transformers' own dequantizing "
+                  f"load: {differ[:4]} {ia} {ib}")
     f = root / "inkling2-loop"
     if not f.exists():
         return
-    cls = transformers.Inkling2LoopForConditionalGeneration
-    for word, dtype in DTYPES.items():
-        out = root / f"inkling2-loop-load-{word}"
-        if not expect_rc(run(dcpctl, "consolidate", f, "-o", f"{out}/", "--dtype", word, "-q"), EXIT_OK,
-                         f"inkling2-loop: consolidate --dtype {word} for from_pretrained"):
-            continue
-        a, ia = cls.from_pretrained(f, dtype=dtype, output_loading_info=True)
-        b, ib = cls.from_pretrained(out, dtype=dtype, output_loading_info=True)
-        hf_loaded(out)
-        sa, sb = a.state_dict(), b.state_dict()
-        experts = [k for k in sa if k.endswith(("experts.gate_up_proj", "experts.down_proj"))]
-        differ = [k for k in sa if k not in sb or not same_bytes(sa[k], sb[k])]
-        check(not any(ia.values()) and not any(ib.values()) and len(experts) == 8 and not differ
-              and all(sa[k].dtype == dtype and sa[k].abs().max() > 0 for k in experts),
-              f"inkling2-loop --dtype {word}: from_pretrained of dcpctl's export equals transformers' own dequantizing "
-              f"load: {differ[:4]} {ia} {ib}")
     p = "model.llm.layers.{}.mlp.experts."
     damaged = [  # (what, the tensor damaged, how, verify's code)
         ("an NVFP4 w13_weight_scale a column short", p.format(0) + "w13_weight_scale", lambda v: v[..., :-1],

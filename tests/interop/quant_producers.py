@@ -601,14 +601,22 @@ def _ink_mxfp8(w: torch.Tensor) -> dict:
     return {"": q, "_scale": (e + 127).to(torch.uint8)}
 
 
-def inkling2_loop(out: Path) -> Path:
-    """A tiny Inkling2LoopForConditionalGeneration (transformers 5.24.0's own class, seeded, bfloat16)
-    saved by save_pretrained, its expert stacks then stored as INK_LAYOUT says (no writer of the
-    layout exists: transformers dequantizes it on load, saves plain stacks)."""
+def inkling2_loop_class(text: bool):
+    """transformers' class of the model (the multimodal one, or the text model alone: inkling2_loop_text)."""
     import transformers
-    cfg = transformers.Inkling2LoopConfig(text_config=INK_TEXT, vision_config=INK_VISION)
+    return transformers.Inkling2LoopForCausalLM if text else transformers.Inkling2LoopForConditionalGeneration
+
+
+def inkling2_loop(out: Path, text: bool = False) -> Path:
+    """A tiny Inkling2LoopForConditionalGeneration (or, `text`, Inkling2LoopForCausalLM: model_type
+    inkling2_loop_text), transformers 5.24.0's own class, seeded, bfloat16, saved by save_pretrained,
+    its expert stacks then stored as INK_LAYOUT says (no writer of the layout exists: transformers
+    dequantizes it on load, saves plain stacks)."""
+    import transformers
+    cfg = (transformers.Inkling2LoopTextConfig(**INK_TEXT) if text
+           else transformers.Inkling2LoopConfig(text_config=INK_TEXT, vision_config=INK_VISION))
     torch.manual_seed(SEED + 7)
-    model = transformers.Inkling2LoopForConditionalGeneration._from_config(cfg, dtype=torch.bfloat16)
+    model = inkling2_loop_class(text)._from_config(cfg, dtype=torch.bfloat16)
     with torch.no_grad():  # experts drawn at several magnitudes, so that blocks differ in scale
         g = torch.Generator().manual_seed(SEED + 8)
         for name, p in model.named_parameters():

@@ -1,4 +1,5 @@
-// Inkling2Loop's expert layout (model_type inkling2_loop, transformers 5.24.0 reads it:
+// Inkling2Loop's expert layout (model_type inkling2_loop, or inkling2_loop_text for the text model
+// alone; transformers 5.24.0 reads it:
 // core_model_loading.py Inkling2LoopDequantizeExperts, conversion_mapping.py's "inkling2_loop"
 // converters, which dequantize the experts on load to the model's dtype). The routed experts of
 // a layer are two stacks, `P.mlp.experts.w13_weight` (gate and up, interleaved row by row) and

@@ -15,7 +15,8 @@ namespace dcpctl {
 namespace {
 
 bool ink_applies(const QuantConfig& qc) {
-  return qc.root.is_object() && qc.root.value("model_type", "") == "inkling2_loop";
+  const std::string type = qc.root.is_object() ? qc.root.value("model_type", "") : "";
+  return type == "inkling2_loop" || type == "inkling2_loop_text";  // the text model alone converts alike
 }
 
 // `t` (the stack itself, its scale or a factor) is not what stack `w` needs: exit 3 naming `t`.
