@@ -446,6 +446,18 @@ def refusals(dcpctl: str, root: Path, fixtures: Path, report: bool) -> None:
     # the pinned versions decodes it (transformers 5.24.0 has no Engram; vLLM 0.33 only on a GPU)
     f = qp.dsv4(root / "dsv41-engram", engram=True)
     cases.append(("DeepSeek V4.1's Engram table", f, {EXIT_UNSUPPORTED}, ["Engram", "'layers.0.engram.embed.weight'"]))
+    # Inkling2Loop's stacks beside their scales in a folder whose model_type is not inkling2_loop: no
+    # codec applies, and they are not cast (the MXFP8 stack is float8)
+    f = root / "ink-other-type"
+    if (root / "inkling2-loop").exists():
+        shutil.copytree(root / "inkling2-loop", f)
+    else:
+        qp.inkling2_loop(f)
+    cfg = json.loads((f / "config.json").read_text())
+    cfg["model_type"] = "inkling2"
+    (f / "config.json").write_text(json.dumps(cfg))
+    cases.append(("Inkling2Loop stacks under model_type inkling2", f, {EXIT_UNSUPPORTED},
+                  ["Inkling2Loop expert stack", "_weight_scale'"]))
     # DeepSeek-V4: an FP8 weight whose X.scale is gone is never cast
     f = qp.dsv4(root / "dsv4-noscale")
     t = qp.folder_tensors(f)
