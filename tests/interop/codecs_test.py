@@ -435,6 +435,15 @@ def refusals(dcpctl: str, root: Path, fixtures: Path, report: bool) -> None:
         cases.append((f"modelopt MIXED_PRECISION with a {algo} layer packed as ggml", f, {EXIT_UNSUPPORTED},
                       ["MIXED_PRECISION", f"'model.layers.0.mlp.down_proj' is {algo} packed as 'ggml'",
                        "model.layers.0"]))
+    # MIXED_PRECISION with a layer of an algorithm no codec reads (W4A8_AWQ), not packed: named too
+    f = root / "mo-mixed-awq"
+    shutil.copytree(fixtures / "layouts" / "modelopt_mixed" / "ckpt", f)
+    cfg = json.loads((f / "config.json").read_text())
+    cfg["quantization_config"]["quantized_layers"]["model.layers.0.mlp.up_proj"] = {"quant_algo": "W4A8_AWQ",
+                                                                                   "group_size": 128}
+    (f / "config.json").write_text(json.dumps(cfg))
+    cases.append(("modelopt MIXED_PRECISION with a W4A8_AWQ layer", f, {EXIT_UNSUPPORTED},
+                  ["MIXED_PRECISION", "'model.layers.0.mlp.up_proj' is W4A8_AWQ", "model.layers.0"]))
     # hf_quant_config.json alone says ModelOpt (config.json without quantization_config)
     f = root / "mo-sidecar"
     shutil.copytree(fixtures / "layouts" / "modelopt_nvfp4" / "ckpt", f)
