@@ -223,6 +223,10 @@ class ScaleChecker {
 
  private:
   bool has(const char* f) const { return formats_.count(f) > 0; }
+  // ModelOpt's quant_algo for `module`: a MIXED_PRECISION config's for that layer.
+  bool has_at(const std::string& module, const char* f) const {
+    return has("MIXED_PRECISION") ? modelopt_layer_algo(qc_, module) == f : has(f);
+  }
   const HfTensor* at(const std::string& k) const {
     auto it = by_key_.find(k);
     return it == by_key_.end() ? nullptr : it->second;
@@ -271,23 +275,23 @@ class ScaleChecker {
 
   void check_modelopt(const std::string& k, const HfTensor& w, const std::string& module) {
     const int64_t N = w.shape[0];
-    if ((has("NVFP4") || has("W4A16_NVFP4")) && w.dtype == "uint8") {
+    if ((has_at(module, "NVFP4") || has_at(module, "W4A16_NVFP4")) && w.dtype == "uint8") {
       const int64_t K = w.shape[1] * 2;
       expect(k, module + ".weight_scale", "float8_e4m3fn", {N, K / 16}, "ModelOpt NVFP4");
       global(k, "weight_scale_2", "ModelOpt NVFP4");
-      if (has("NVFP4") && !at(module + ".input_scale"))
+      if (has_at(module, "NVFP4") && !at(module + ".input_scale"))
         problem_("quant-scale-missing", k,
                  "a ModelOpt NVFP4 weight without its input_scale (" + module +
                      ".input_scale): quant_algo NVFP4 quantizes the activations with it (W4A16_NVFP4 needs none)");
-    } else if (has("MXFP8") && w.dtype == "float8_e4m3fn") {
+    } else if (has_at(module, "MXFP8") && w.dtype == "float8_e4m3fn") {
       expect(k, module + ".weight_scale", "uint8", {N, w.shape[1] / 32}, "ModelOpt MXFP8");
-    } else if ((has("fp8_pb_wo") || has("FP8_PB_WO")) && w.dtype == "float8_e4m3fn") {
+    } else if ((has_at(module, "fp8_pb_wo") || has_at(module, "FP8_PB_WO")) && w.dtype == "float8_e4m3fn") {
       // one float32 a 128x128 block: [rb, 1, cb, 1] as the export writes it, or [rb, cb]
       const int64_t rb = (N + 127) / 128, cb = (w.shape[1] + 127) / 128;
       const HfTensor* s = at(module + ".weight_scale");
       if (!(s && s->dtype == "float32" && s->shape == std::vector<int64_t>{rb, cb}))
         expect(k, module + ".weight_scale", "float32", {rb, 1, cb, 1}, "ModelOpt FP8_PB_WO");
-    } else if (has("FP8") && w.dtype == "float8_e4m3fn") {
+    } else if (has_at(module, "FP8") && w.dtype == "float8_e4m3fn") {
       const HfTensor& s = *at(module + ".weight_scale");
       if (!scalar(s))
         problem_(
@@ -395,6 +399,7 @@ class ConfigChecker {
   void check_vocab();
   void check_tie(const SameBytes& same_bytes);
   void check_quantization(const ReadScalar& read_scalar);
+  void check_codec_beside();
   void check_dtype(const std::set<std::string>& kept_dtype, const std::map<std::string, std::string>& user_kept);
   ConfigCheckResult result() && { return std::move(out_); }
 
@@ -748,6 +753,32 @@ void ConfigChecker::check_quantization(const ReadScalar& read_scalar) {
       [&](const char* c, const std::string& k, const std::string& m) { warning(c, k, m); });
 }
 
+// The tensors a codec decodes beside its weights where no quantization_config names the format
+// (Inkling2Loop's expert stacks: meta/codecs/codecs.h, Codec::expected_beside), each present in a
+// dtype and shape its weight's format takes.
+void ConfigChecker::check_codec_beside() {
+  if (cfg_.object("quantization_config")) return;  // check_quantization's, by the config's format
+  for (const auto& t : tensors_)
+    for (const Codec* c : codecs())
+      for (const Codec::Expected& e :
+           c->expected_beside ? c->expected_beside(t.key, t.dtype, t.shape) : std::vector<Codec::Expected>()) {
+        const auto it = by_key_.find(e.key);
+        if (it == by_key_.end()) {
+          problem("quant-scale-missing", t.key,
+                  std::string(c->display) + " weight (" + t.dtype + " " + dims(t.shape) + ") without its " + e.what +
+                      " (" + e.key + ")");
+          continue;
+        }
+        const HfTensor& s = *it->second;
+        const bool dtype_ok = std::find(e.dtypes.begin(), e.dtypes.end(), s.dtype) != e.dtypes.end();
+        if (!dtype_ok || std::find(e.shapes.begin(), e.shapes.end(), s.shape) == e.shapes.end())
+          problem("quant-scale-shape", e.key,
+                  s.dtype + " " + dims(s.shape) + " is not the " + e.what + " of " + c->display + " weight " + t.key +
+                      " (" + t.dtype + " " + dims(t.shape) + "): " + e.dtypes[0] + " " + dims(e.shapes[0]) +
+                      " expected");
+      }
+}
+
 void ConfigChecker::check_quantized_weights(const std::vector<std::string>& skip) {
   for (const auto& t : tensors_) {
     const std::string& k = t.key;
@@ -828,8 +859,12 @@ void ConfigChecker::check_dtype(const std::set<std::string>& kept_dtype,
   const std::optional<std::string> d = cfg_.string({"dtype", "torch_dtype"});
   if (!d || !float_dtype_name(*d)) return;
   out_.checked.push_back("dtype");
+  std::set<std::string> keys;
+  for (const auto& t : tensors_) keys.insert(t.key);
+  const std::set<std::string> beside = codecs_beside(keys);  // a codec's own tensors: dtypes of their own
   auto keeps = [&](const HfTensor& t, const std::string& dtype) {
-    return own_dtype(t.key) || kept_dtype.count(t.key) || schema_keeps_dtype(config_, t.key, t.dtype, dtype);
+    return own_dtype(t.key) || beside.count(t.key) || kept_dtype.count(t.key) ||
+           schema_keeps_dtype(config_, t.key, t.dtype, dtype);
   };
   const std::string dtype = effective_dtype(*d, keeps);
   std::map<std::string, std::vector<std::string>> off;                              // dtype -> keys
@@ -879,6 +914,7 @@ ConfigCheckResult check_hf_config(const json& config, const std::string& config_
   c.check_vocab();
   c.check_tie(same_bytes);
   c.check_quantization(read_scalar);
+  c.check_codec_beside();
   c.check_dtype(kept_dtype, user_kept);
   return std::move(c).result();
 }

@@ -51,7 +51,9 @@ using ReadScalar = std::function<std::optional<double>(const std::string& key)>;
 // (`quant-global-scale-unfused`: vLLM decodes the fused matrix with one; an MoE expert's gate/up is a
 // warning, as vLLM's own check there is), and that in the format's
 // direction (`quant-global-scale-inverted`: compressed-tensors' weight_global_scale is 2688 / amax,
-// ModelOpt's weight_scale_2 amax / 2688; read through `read_scalar`).
+// ModelOpt's weight_scale_2 amax / 2688; read through `read_scalar`). Without a quantization_config,
+// the tensors a codec decodes beside its weights under names of its own (Inkling2Loop's expert
+// stacks: Codec::expected_beside) are checked the same way.
 //
 // `kept_dtype`: keys an export's precision policy kept in their saved dtype under --dtype
 // (--keep-dtype, the model's lists, the key maps' keep_dtype rules): the dtype check accepts them,

@@ -8,6 +8,7 @@
 #include <set>
 #include <string_view>
 
+#include "meta/codecs/codecs.h"
 #include "util/error.h"
 #include "view/maps/keymap_terms.h"
 #include "view/moe_sparsity.h"
@@ -888,8 +889,10 @@ void SchemaChecker::classify(const std::vector<HfTensor>& tensors) {
   const std::set<std::string> memory(s_.memory.begin(), s_.memory.end());
   std::set<std::string> all_keys;
   for (const auto& t : tensors) all_keys.insert(t.key);
+  const std::set<std::string> beside = codecs_beside(all_keys);
   for (const auto& t : tensors) {
     std::string key = t.key;
+    if (beside.count(key)) continue;
     // What transformers' loader tolerates in every model that has these buffers, not persistent
     // now (modeling_utils.py, _adjust_missing_and_unexpected_keys): old checkpoints' copies.
     if (key_ends_with(key, "rotary_emb.inv_freq") || key == "position_ids" || key_ends_with(key, ".position_ids"))

@@ -7,6 +7,7 @@
 
 #include "gguf/bound.h"
 #include "meta/derived.h"
+#include "view/codecs/codecs.h"
 
 namespace dcpctl::gguf {
 
@@ -67,7 +68,8 @@ Checkpoint decoded_view(const Checkpoint& ck) {
   // The dequantize view's keys (view/codecs/dequantize.h), none of its codecs' weights, and these.
   nlohmann::json said = {
       {"weights", 0}, {"block", nullptr}, {"config", nullptr}, {"ignored_scales", nlohmann::json::array()}};
-  for (const char* codec : {"mxfp4", "deepseek_v4", "compressed_tensors", "modelopt"}) said[codec] = 0;
+  for (const CodecView& v : codec_views())
+    if (v.decode && std::strcmp(v.said, "weights") != 0) said[v.said] = 0;
   said["gguf"] = decoded;
   said["types"] = types;
   table->views["dequantized"] = said;

@@ -61,7 +61,17 @@ import quant_producers as qp  # noqa: E402
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 QUANT_SUFFIXES = ("weight_scale", "weight_scale_inv", "weight_scale_2", "weight_global_scale", "weight_packed",
-                  "weight_shape", "weight_zero_point", "weight_g_idx", "input_scale", "input_global_scale", ".scale")
+                  "weight_shape", "weight_zero_point", "weight_g_idx", "input_scale", "input_global_scale", ".scale",
+                  "_amax", "_outer_scale_denominator")
+
+
+def quant_aux(k: str, source: dict) -> bool:
+    """Whether `k` is a quantization tensor a decode consumes: a scale, a packed weight's parts, not a
+    module's own parameter of the same tail (Inkling's `q_l2_clip.scale`; DeepSeek-V4's `X.scale`
+    is a scale only beside `X.weight`)."""
+    if k.endswith(".scale"):
+        return k[:-6] + ".weight" in source
+    return k.endswith(QUANT_SUFFIXES)
 
 
 def out_tensors(d: Path) -> dict:
@@ -96,13 +106,17 @@ class Case:
         self.digests = digests or {}  # name -> float32 sha256 (ModelOpt's, recorded)
         self.source = source or {}  # every tensor as stored
         self.verify_warning = None  # the one warning code verify names (exit 0); None: no warning asked
+        # A float32 tensor of a bfloat16 model may stay float32 (the ones transformers keeps so; the
+        # case's from_pretrained comparison holds the export to transformers' own load).
+        self.keeps_float32 = False
 
 
 # The folders dcpctl reads (their codecs are in src/view/codecs/); every other one is refused under
 # --dtype, naming its scheme (READ_REFUSED's word) and one of its tensors, nothing written.
 READS = {f"ct-{s}-{m}" for s in qp.CT_SCHEMES for m in ("dense", "moe")} | {"ct-w4a16-top-format"} | {
     "modelopt_nvfp4", "modelopt_nvfp4_moe", "modelopt_nvfp4_mla", "modelopt_fp8", "modelopt_mxfp8", "modelopt_fp8_pb_wo",
-    "dsv4-i8", "dsv4-f4"}
+    "modelopt_mixed",
+    "dsv4-i8", "dsv4-f4", "dsv41-mxfp8", "dsv41-fp8-experts", "inkling2-loop", "inkling2-loop-text"}
 
 
 def refused_word(case: "Case") -> str:
@@ -154,7 +168,7 @@ def check_read(dcpctl: str, case: Case, work: Path, report: bool) -> None:
         if not expect_rc(r, EXIT_OK, what):
             continue
         got = load_file(target) if case.partial_model else out_tensors(out)
-        left = sorted(k for k in got if k.endswith(QUANT_SUFFIXES))
+        left = sorted(k for k in got if quant_aux(k, case.source))
         check(not left, f"{what}: no scale or packed tensor left: {left[:5]}")
         if not case.partial_model:
             cfg = json.loads((out / "config.json").read_text())
@@ -173,13 +187,14 @@ def check_read(dcpctl: str, case: Case, work: Path, report: bool) -> None:
                 if g.dtype != torch.float32 or sha_f32(g) != case.digests[k]:
                     bad.append(f"{k} {g.dtype}: not ModelOpt's float32 bytes")
         check(not bad, f"{what}: quantized weights equal the reference: {bad[:4]} ({len(bad)} of {len(case.quantized)})")
-        plain = [k for k in case.source if not k.endswith(QUANT_SUFFIXES) and k not in case.quantized
+        plain = [k for k in case.source if not quant_aux(k, case.source) and k not in case.quantized
                  and k.rsplit(".", 1)[0] + ".weight" not in case.quantized]
         wrong = []
         for k in plain:
             src = case.source[k]
             want = src.to(dtype) if src.is_floating_point() else src
-            if k not in got or not same_bytes(got[k], want):
+            kept = case.keeps_float32 and src.dtype == torch.float32 and k in got and same_bytes(got[k], src)
+            if k not in got or not (same_bytes(got[k], want) or kept):
                 wrong.append(k)
         check(not wrong, f"{what}: the unquantized tensors are the source's cast: {wrong[:4]}")
     if case.src is not None:
@@ -401,6 +416,34 @@ def refusals(dcpctl: str, root: Path, fixtures: Path, report: bool) -> None:
     for name in ("config.json", "hf_quant_config.json"):
         (f / name).write_text((f / name).read_text().replace('"fp8_pb_wo"', '"FP8_BLOCK_SCALES"'))
     cases.append(("modelopt quant_algo FP8_BLOCK_SCALES", f, {EXIT_UNSUPPORTED}, ["FP8_BLOCK_SCALES", "model.layers.0"]))
+    # MIXED_PRECISION with ggml-packed layers (ModelOpt's development tree writes them: quantized_layers
+    # {module: {quant_algo, group_size, block_payload_bytes, packing: "ggml"}}; nvidia-modelopt 0.47.0,
+    # the newest release, writes no `packing`): each refused naming the layer's type (the bytes are
+    # NVFP4's, the config written as that tree's convert_hf_quant_config_format writes it).
+    for algo, group, payload in (("Q8_0", 32, 34), ("IQ2_XS", 256, 74), ("IQ2_XXS", 256, 66)):
+        f = root / f"mo-mixed-{algo.lower()}"
+        shutil.copytree(fixtures / "layouts" / "modelopt_nvfp4" / "ckpt", f)
+        cfg = json.loads((f / "config.json").read_text())
+        qc = cfg["quantization_config"]
+        ggml = {"quant_algo": algo, "group_size": group, "block_payload_bytes": payload, "packing": "ggml"}
+        layers = {"model.layers.0.self_attn.q_proj": {"quant_algo": "NVFP4", "group_size": 16},
+                  "model.layers.0.mlp.down_proj": ggml}
+        qc.update(quant_algo="MIXED_PRECISION", quantized_layers=layers,
+                  config_groups={"group_0": {**qc["config_groups"]["group_0"], "targets": [
+                      "model.layers.0.self_attn.q_proj"]}, "group_1": {**ggml, "targets": ["model.layers.0.mlp.down_proj"]}})
+        (f / "config.json").write_text(json.dumps(cfg))
+        cases.append((f"modelopt MIXED_PRECISION with a {algo} layer packed as ggml", f, {EXIT_UNSUPPORTED},
+                      ["MIXED_PRECISION", f"'model.layers.0.mlp.down_proj' is {algo} packed as 'ggml'",
+                       "model.layers.0"]))
+    # MIXED_PRECISION with a layer of an algorithm no codec reads (W4A8_AWQ), not packed: named too
+    f = root / "mo-mixed-awq"
+    shutil.copytree(fixtures / "layouts" / "modelopt_mixed" / "ckpt", f)
+    cfg = json.loads((f / "config.json").read_text())
+    cfg["quantization_config"]["quantized_layers"]["model.layers.0.mlp.up_proj"] = {"quant_algo": "W4A8_AWQ",
+                                                                                   "group_size": 128}
+    (f / "config.json").write_text(json.dumps(cfg))
+    cases.append(("modelopt MIXED_PRECISION with a W4A8_AWQ layer", f, {EXIT_UNSUPPORTED},
+                  ["MIXED_PRECISION", "'model.layers.0.mlp.up_proj' is W4A8_AWQ", "model.layers.0"]))
     # hf_quant_config.json alone says ModelOpt (config.json without quantization_config)
     f = root / "mo-sidecar"
     shutil.copytree(fixtures / "layouts" / "modelopt_nvfp4" / "ckpt", f)
@@ -408,6 +451,22 @@ def refusals(dcpctl: str, root: Path, fixtures: Path, report: bool) -> None:
     del cfg["quantization_config"]
     (f / "config.json").write_text(json.dumps(cfg))
     cases.append(("hf_quant_config.json only", f, {EXIT_UNSUPPORTED}, ["hf_quant_config.json", "NVFP4"]))
+    # DeepSeek V4.1's Engram table (float8 rows, an E8M0 scale per 32 values of a row): no reader of
+    # the pinned versions decodes it (transformers 5.24.0 has no Engram; vLLM 0.33 only on a GPU)
+    f = qp.dsv4(root / "dsv41-engram", engram=True)
+    cases.append(("DeepSeek V4.1's Engram table", f, {EXIT_UNSUPPORTED}, ["Engram", "'layers.0.engram.embed.weight'"]))
+    # Inkling2Loop's stacks beside their scales in a folder whose model_type is not inkling2_loop: no
+    # codec applies, and they are not cast (the MXFP8 stack is float8)
+    f = root / "ink-other-type"
+    if (root / "inkling2-loop").exists():
+        shutil.copytree(root / "inkling2-loop", f)
+    else:
+        qp.inkling2_loop(f)
+    cfg = json.loads((f / "config.json").read_text())
+    cfg["model_type"] = "inkling2"
+    (f / "config.json").write_text(json.dumps(cfg))
+    cases.append(("Inkling2Loop stacks under model_type inkling2", f, {EXIT_UNSUPPORTED},
+                  ["Inkling2Loop expert stack", "_weight_scale'"]))
     # DeepSeek-V4: an FP8 weight whose X.scale is gone is never cast
     f = qp.dsv4(root / "dsv4-noscale")
     t = qp.folder_tensors(f)
@@ -500,6 +559,14 @@ def verify_damaged(dcpctl: str, root: Path, fixtures: Path, src: Path) -> None:
          m + "mlp.up_proj.weight_packed"),
         ("a ModelOpt FP8_PB_WO block scale cut off", pb_cut, "quant-scale-shape", m + "mlp.down_proj.weight_scale"),
         ("ModelOpt FP8_PB_WO scales of another grid", pb_shape, "quant-scale-shape", m + "self_attn.o_proj.weight_scale"),
+        ("a ModelOpt MIXED_PRECISION NVFP4 layer's weight_scale a column short", damage(
+            modelopt("modelopt_mixed", "mo-v-mixed-nvfp4"), lambda t: t.update(
+                {m + "self_attn.k_proj.weight_scale": t[m + "self_attn.k_proj.weight_scale"][:, :-1]})),
+         "quant-scale-shape", m + "self_attn.k_proj.weight_scale"),
+        ("a ModelOpt MIXED_PRECISION FP8 layer's weight_scale as [1, 1]", damage(
+            modelopt("modelopt_mixed", "mo-v-mixed-fp8"), lambda t: t.update(
+                {m + "mlp.up_proj.weight_scale": t[m + "mlp.up_proj.weight_scale"].reshape(1, 1)})),
+         "quant-scale-shape", m + "mlp.up_proj.weight_scale"),
         ("a ModelOpt weight_scale a column short", damage(modelopt("modelopt_nvfp4_moe", "mo-v-shape"),
          lambda t: t.update({e + "1.up_proj.weight_scale": t[e + "1.up_proj.weight_scale"][:, :-1]})),
          "quant-scale-shape", e + "1.up_proj.weight_scale"),
@@ -558,16 +625,97 @@ def modelopt_cases(fixtures: Path, only: set) -> list:
 
 def dsv4_cases(root: Path, only: set) -> list:
     cases = []
-    for experts, at in (("i8", "qc"), ("f4", "top")):
-        name = f"dsv4-{experts}"
+    # V4's FP4 experts (I8 or F4 codes), V4.1's MXFP8 Linear layers (32x32 blocks) and its FP8 experts
+    # (expert_dtype fp8, float32 scales)
+    for name, experts, at, block in (("dsv4-i8", "i8", "qc", 128), ("dsv4-f4", "f4", "top", 128),
+                                     ("dsv41-mxfp8", "i8", "qc", 32), ("dsv41-fp8-experts", "fp8", "qc", 128)):
         if only and name not in only:
             continue
-        f = qp.dsv4(root / name, experts=experts, expert_dtype_at=at)
+        f = qp.dsv4(root / name, experts=experts, expert_dtype_at=at, block=block)
         stored = qp.folder_tensors(f)
         want = {w: qp.dsv4_reference(f, d) for w, d in DTYPES.items()}
         quantized = {k for k in stored if k.endswith(".weight") and k[:-7] + ".scale" in stored}
         cases.append(Case(name, f, "fp8", quantized, want=want, source=stored, partial_model=True))
     return cases
+
+
+INK_CASES = {"inkling2-loop": False, "inkling2-loop-text": True}  # name -> the text model alone
+
+
+def ink_cases(root: Path, only: set) -> list:
+    """Inkling2Loop's NVFP4 and MXFP8 expert stacks beside plain ones (quant_producers.inkling2_loop),
+    against transformers 5.24.0's own Inkling2LoopDequantizeExperts over the same bytes."""
+    cases = []
+    for name, text in INK_CASES.items():
+        if only and name not in only:
+            continue
+        f = qp.inkling2_loop(root / name, text=text)
+        stored = qp.folder_tensors(f)
+        want = {w: qp.inkling2_loop_reference(f, d) for w, d in DTYPES.items()}
+        check(set(want["fp32"]) == {k for k in stored if k.endswith(qp.INK_STACKS) and k + "_scale" in stored}
+              and len(want["fp32"]) == 2 * len(qp.INK_LAYOUT), f"{name}: the reference decodes every quantized stack")
+        case = Case(name, f, "inkling2-loop", set(want["fp32"]), want=want, source=stored)
+        case.keeps_float32 = True
+        cases.append(case)
+    return cases
+
+
+def check_ink_loaded(dcpctl: str, root: Path) -> None:
+    """transformers 5.24.0's from_pretrained of the quantized folder (its conversion dequantizes the
+    stacks, then interleaves w13 into gate_up_proj) and of dcpctl's --dtype export of it: the same
+    parameters, bit for bit, nothing missing or unexpected; and each damaged copy of the folder
+    exits 3 under --dtype naming the tensor, nothing written, and in verify with the scale check's code."""
+    for name, text in INK_CASES.items():
+        f = root / name
+        if not f.exists():
+            continue
+        cls = qp.inkling2_loop_class(text)
+        for word, dtype in DTYPES.items():
+            out = root / f"{name}-load-{word}"
+            if not expect_rc(run(dcpctl, "consolidate", f, "-o", f"{out}/", "--dtype", word, "-q"), EXIT_OK,
+                             f"{name}: consolidate --dtype {word} for from_pretrained"):
+                continue
+            a, ia = cls.from_pretrained(f, dtype=dtype, output_loading_info=True)
+            b, ib = cls.from_pretrained(out, dtype=dtype, output_loading_info=True)
+            hf_loaded(out)
+            sa, sb = a.state_dict(), b.state_dict()
+            experts = [k for k in sa if k.endswith(("experts.gate_up_proj", "experts.down_proj"))]
+            differ = [k for k in sa if k not in sb or not same_bytes(sa[k], sb[k])]
+            check(not any(ia.values()) and not any(ib.values()) and len(experts) == 8 and not differ
+                  and all(sa[k].dtype == dtype and sa[k].abs().max() > 0 for k in experts),
+                  f"{name} --dtype {word}: from_pretrained of dcpctl's export equals transformers' own dequantizing "
+                  f"load: {differ[:4]} {ia} {ib}")
+    f = root / "inkling2-loop"
+    if not f.exists():
+        return
+    p = "model.llm.layers.{}.mlp.experts."
+    damaged = [  # (what, the tensor damaged, how, verify's code)
+        ("an NVFP4 w13_weight_scale a column short", p.format(0) + "w13_weight_scale", lambda v: v[..., :-1],
+         "quant-scale-shape"),
+        ("an MXFP8 w2_weight_scale an expert short", p.format(1) + "w2_weight_scale", lambda v: v[:-1],
+         "quant-scale-shape"),
+        ("an NVFP4 w2_weight_amax as [E, 1]", p.format(2) + "w2_weight_amax", lambda v: v[:, None], "quant-scale-shape"),
+        ("an NVFP4 w13_weight_outer_scale_denominator removed", p.format(2) + "w13_weight_outer_scale_denominator",
+         None, "quant-scale-missing"),
+    ]
+    for i, (what, key, edit, code) in enumerate(damaged):
+        d = root / f"inkling2-loop-damaged-{i}"
+        shutil.copytree(f, d)
+        t = qp.folder_tensors(d)
+        if edit is None:
+            del t[key]
+        else:
+            t[key] = edit(t[key]).contiguous()
+        save_file(t, d / "model.safetensors", metadata={"format": "pt"})
+        out = root / f"{d.name}-out"
+        r = run(dcpctl, "consolidate", d, "-o", f"{out}/", "--dtype", "bf16", "-q")
+        check(r.returncode == EXIT_INVALID and f"'{key}'" in r.stderr and not out.exists(),
+              f"inkling2-loop, {what}: --dtype bf16 exit {r.returncode} (wanted 3) naming {key}, nothing written: "
+              f"{r.stderr.strip()[-300:]}")
+        r = run(dcpctl, "verify", d)
+        said = r.stdout + r.stderr
+        check(r.returncode == EXIT_INVALID and f"[{code}]" in said and key in said,
+              f"inkling2-loop, {what}: verify exit {r.returncode} (wanted 3) with [{code}] naming {key}: {said[-400:]}")
 
 
 # --quantize WORD [flags] -> the compressed-tensors scheme of quant_producers it writes (issue 57 item
@@ -820,7 +968,7 @@ def main() -> int:
     t0 = time.time()
     try:
         cases = (ct_cases(work / "src", only) + ct_top_format_case(work / "src", only)
-                 + modelopt_cases(a.fixtures, only) + dsv4_cases(work / "src", only))
+                 + modelopt_cases(a.fixtures, only) + dsv4_cases(work / "src", only) + ink_cases(work / "src", only))
         (work / "out").mkdir()
         print(f"{len(cases)} folders written and their references computed in {time.time() - t0:.1f} s")
         # ModelOpt's committed folders are found by listing: one lost must fail, not shrink the run
@@ -830,6 +978,7 @@ def main() -> int:
             if a.report:
                 print(case.name)
             check_read(a.dcpctl, case, work / "out", a.report)
+        check_ink_loaded(a.dcpctl, work / "src")
         if not only or "refusals" in only:
             refusals(a.dcpctl, work / "src", a.fixtures, a.report)
         t1 = time.time()

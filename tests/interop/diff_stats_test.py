@@ -109,7 +109,7 @@ def torch_stats(t: torch.Tensor) -> dict:
 # FP8 folders whose oracle is torch's dequantizing reader, not per-key digests (fp8-dequantize); the
 # ModelOpt folders, whose oracle is ModelOpt's dequantization (codecs-read, dequantized.json).
 NOT_DIGESTED = {"hf_fp8_transformers", "hf_fp8_deepseek", "modelopt_nvfp4", "modelopt_nvfp4_moe", "modelopt_nvfp4_mla",
-                "modelopt_fp8", "modelopt_mxfp8", "modelopt_fp8_pb_wo"}
+                "modelopt_fp8", "modelopt_mxfp8", "modelopt_fp8_pb_wo", "modelopt_mixed"}
 
 
 def fixture_checkpoints(fixtures: Path) -> list[Path]:

@@ -472,16 +472,27 @@ def _dsv4_fp4(w: torch.Tensor) -> tuple:
     return packed, scale.to(torch.float8_e8m0fnu)
 
 
-def dsv4(out: Path, experts: str = "i8", expert_dtype_at: str = "qc") -> Path:
-    """A tiny folder in DeepSeek-V4's release layout (see the module docstring)."""
+def _fp8_quantizer(block: tuple, scale_fmt: str):
+    """transformers' own Fp8Quantize for `block` and `scale_fmt` ("ue8m0": F8_E8M0 scales; "float": float32)."""
     from transformers.integrations.finegrained_fp8 import Fp8Quantize
 
     class _Q:  # what Fp8Quantize asks of its quantizer
         class quantization_config:
-            weight_block_size = (128, 128)
-            scale_fmt = "ue8m0"
+            weight_block_size = block
             activation_scheme = "dynamic"
-    quantize = Fp8Quantize(_Q())
+    _Q.quantization_config.scale_fmt = scale_fmt
+    return Fp8Quantize(_Q())
+
+
+def dsv4(out: Path, experts: str = "i8", expert_dtype_at: str = "qc", block: int = 128, engram: bool = False) -> Path:
+    """A tiny folder in DeepSeek-V4's release layout (see the module docstring). V4.1's variants:
+    `block` 32, its MXFP8 Linear layers (weight_block_size [32, 32], F8_E8M0 scales, FP4 experts);
+    experts "fp8" (expert_dtype fp8, Flash-Base: experts and Linear layers FP8 in 128x128 blocks,
+    float32 scales); `engram`: layer 0's Engram table (`layers.0.engram.embed.weight` float8 rows,
+    its `.scale` one F8_E8M0 per 32 values of a row, vLLM 0.33's deepseek_v41 layout)."""
+    fp8_experts = experts == "fp8"
+    scale_fmt = "float" if fp8_experts else "ue8m0"
+    quantize = _fp8_quantizer((block, block), scale_fmt)
     g = torch.Generator().manual_seed(SEED + 4)
     H, I, E, V = 256, 128, 4, 64
 
@@ -504,25 +515,33 @@ def dsv4(out: Path, experts: str = "i8", expert_dtype_at: str = "qc") -> Path:
         tensors[p + "ffn.gate.bias"] = rnd(E)
         for e in range(E):
             for w, shape in (("w1", (I, H)), ("w2", (H, I)), ("w3", (I, H))):
-                packed, scale = _dsv4_fp4(rnd(*shape, s=0.02 * (1 + e)).float())
                 key = f"{p}ffn.experts.{e}.{w}"
+                if fp8_experts:
+                    fp8_weights[key] = rnd(*shape, s=0.02 * (1 + e))
+                    continue
+                packed, scale = _dsv4_fp4(rnd(*shape, s=0.02 * (1 + e)).float())
                 tensors[key + ".weight"] = packed if experts == "i8" else packed.view(torch.float4_e2m1fn_x2)
                 tensors[key + ".scale"] = scale
+    if engram:
+        name = "layers.0.engram.embed"
+        res = _fp8_quantizer((1, 32), "ue8m0").convert({name + ".weight": rnd(96, H)})
+        tensors[name + ".weight"] = res[name + ".weight"]
+        tensors[name + ".scale"] = res[name + ".weight_scale_inv"].contiguous()
     for name, w in fp8_weights.items():
         res = quantize.convert({name + ".weight": w})
         tensors[name + ".weight"] = res[name + ".weight"]
         tensors[name + ".scale"] = res[name + ".weight_scale_inv"].contiguous()
     out.mkdir(parents=True, exist_ok=True)
     save_file(tensors, out / "model.safetensors", metadata={"format": "pt"})
-    qc = {"quant_method": "fp8", "fmt": "e4m3", "scale_fmt": "ue8m0", "activation_scheme": "dynamic",
-          "weight_block_size": [128, 128]}
+    qc = {"quant_method": "fp8", "fmt": "e4m3", "scale_fmt": scale_fmt, "activation_scheme": "dynamic",
+          "weight_block_size": [block, block]}
     cfg = {"architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v4", "hidden_size": H,
            "moe_intermediate_size": I, "n_routed_experts": E, "n_shared_experts": 1, "num_hidden_layers": 2,
            "vocab_size": V, "torch_dtype": "bfloat16", "quantization_config": qc}
     if expert_dtype_at == "qc":
-        qc["expert_dtype"] = "fp4"  # V4.1
+        qc["expert_dtype"] = "fp8" if fp8_experts else "fp4"  # V4.1
     else:
-        cfg["expert_dtype"] = "fp4"  # V4: top level, moved into quantization_config by transformers
+        cfg["expert_dtype"] = "fp8" if fp8_experts else "fp4"  # V4: top level, moved into quantization_config
     (out / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
     return out
 
@@ -540,6 +559,103 @@ def dsv4_reference(folder: Path, dtype: torch.dtype = torch.float32) -> dict:
             out[k] = deq._dequantize_one(v, t[k[:-7] + ".scale"], output_dtype=dtype)
         else:
             out[k] = v
+    return out
+
+
+# Inkling2Loop (transformers 5.24.0, model_type inkling2_loop): the text sizes of
+# tools/hf_schema.py's tiny build, the expert sizes changed so that nothing coincides (w13 [E, 2I, H] =
+# [3, 192, 64], w2 [3, 64, 96]: NVFP4's 16 and MXFP8's 32 divide every row).
+INK_TEXT = dict(vocab_size=256, unpadded_vocab_size=256, hidden_size=64, num_hidden_layers=4, num_attention_heads=4,
+                num_key_value_heads=2, head_dim=16, d_rel=16, moe_intermediate_size=96, n_routed_experts=3,
+                num_experts_per_tok=2, loop_gate_rank=64)
+INK_VISION = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4,
+                  projection_hidden_dim=64, text_hidden_size=64)
+# Which layers' experts are stored how: NVFP4 and MXFP8 beside each other, the rest as saved.
+INK_LAYOUT = {0: "nvfp4", 1: "mxfp8", 2: "nvfp4"}
+INK_STACKS = ("w13_weight", "w2_weight")
+
+
+def _ink_nvfp4(w: torch.Tensor, denominators: torch.Tensor) -> dict:
+    """An expert stack [E, R, C] in Inkling2Loop's NVFP4 (the layout Inkling2LoopDequantizeExperts
+    reads: value = e2m1 x block scale x amax / outer denominator): per expert amax, the block scale
+    e4m3(amax16 / (6 amax / denominator)), codes to the nearest E2M1 value, low nibble first."""
+    w = w.float()
+    amax = w.abs().amax(dim=(1, 2))
+    factor = amax / denominators
+    blocks = w.reshape(w.shape[0], w.shape[1], -1, 16)
+    scale = (blocks.abs().amax(-1) / (6 * factor[:, None, None])).clamp(max=448).to(torch.float8_e4m3fn)
+    x = blocks / (scale.float()[..., None] * factor[:, None, None, None])
+    codes = _fp4_encode(x.reshape(w.shape))
+    packed = (codes[..., 0::2] | (codes[..., 1::2] << 4)).to(torch.uint8)
+    return {"": packed, "_scale": scale, "_amax": amax, "_outer_scale_denominator": denominators.float()}
+
+
+def _ink_mxfp8(w: torch.Tensor) -> dict:
+    """An expert stack in Inkling2Loop's MXFP8: one exponent byte per 32 values (ceil(log2(amax / 448))
+    + 127), the values e4m3(w / 2^(e - 127))."""
+    w = w.float()
+    blocks = w.reshape(w.shape[0], w.shape[1], -1, 32)
+    amax = blocks.abs().amax(-1).clamp(min=2.0 ** -100)
+    e = torch.ceil(torch.log2(amax / 448)).clamp(-127, 127)
+    q = (blocks / torch.exp2(e)[..., None]).to(torch.float8_e4m3fn).reshape(w.shape)
+    return {"": q, "_scale": (e + 127).to(torch.uint8)}
+
+
+def inkling2_loop_class(text: bool):
+    """transformers' class of the model (the multimodal one, or the text model alone: inkling2_loop_text)."""
+    import transformers
+    return transformers.Inkling2LoopForCausalLM if text else transformers.Inkling2LoopForConditionalGeneration
+
+
+def inkling2_loop(out: Path, text: bool = False) -> Path:
+    """A tiny Inkling2LoopForConditionalGeneration (or, `text`, Inkling2LoopForCausalLM: model_type
+    inkling2_loop_text), transformers 5.24.0's own class, seeded, bfloat16, saved by save_pretrained,
+    its expert stacks then stored as INK_LAYOUT says (no writer of the layout exists: transformers
+    dequantizes it on load, saves plain stacks)."""
+    import transformers
+    cfg = (transformers.Inkling2LoopTextConfig(**INK_TEXT) if text
+           else transformers.Inkling2LoopConfig(text_config=INK_TEXT, vision_config=INK_VISION))
+    torch.manual_seed(SEED + 7)
+    model = inkling2_loop_class(text)._from_config(cfg, dtype=torch.bfloat16)
+    with torch.no_grad():  # experts drawn at several magnitudes, so that blocks differ in scale
+        g = torch.Generator().manual_seed(SEED + 8)
+        for name, p in model.named_parameters():
+            if ".experts." in name:
+                p.copy_(torch.randn(p.shape, generator=g) * torch.logspace(-3, -1, p.shape[-1])[None, None, :])
+    model.save_pretrained(out)
+    t = folder_tensors(out)
+    for layer, kind in INK_LAYOUT.items():
+        for stack in INK_STACKS:
+            key = f"model.llm.layers.{layer}.mlp.experts.{stack}"
+            den = torch.tensor([2688.0, 1344.0, 672.0])[: t[key].shape[0]]
+            parts = _ink_nvfp4(t[key], den) if kind == "nvfp4" else _ink_mxfp8(t[key])
+            for tail, v in parts.items():
+                t[key + tail] = v.contiguous()
+    save_file(t, out / "model.safetensors", metadata={"format": "pt"})
+    return out
+
+
+def inkling2_loop_reference(folder: Path, dtype: torch.dtype) -> dict:
+    """transformers 5.24.0's own Inkling2LoopDequantizeExperts over each expert stack with its scale
+    (and amax and denominator), to `dtype` (the model parameter's dtype it asks); stacks without a
+    scale as the op passes them."""
+    from transformers.core_model_loading import Inkling2LoopDequantizeExperts
+
+    class _Model:  # what the op asks of the model: the dtype of the parameter it fills
+        @staticmethod
+        def get_parameter(name):
+            return torch.empty(0, dtype=dtype)
+    t = folder_tensors(folder)
+    op = Inkling2LoopDequantizeExperts()
+    out = {}
+    for k, v in t.items():
+        if not k.endswith(INK_STACKS) or k + "_scale" not in t:
+            continue
+        tails = ("", "_scale", "_amax", "_outer_scale_denominator")
+        sources = [k + tail for tail in tails]
+        got = op.convert({s: [t[s]] for s in sources if s in t}, sources, [k + ".out"], model=_Model(),
+                         full_layer_name=k)
+        out[k] = got[k + ".out"]
     return out
 
 

@@ -25,8 +25,19 @@ const std::vector<const Codec*>& codecs() {
       &ct_w4a16_codec(),
       &mo_nvfp4_codec(),
       &mo_mxfp8_codec(),
+      &inkling2_loop_codec(),
   };
   return list;
+}
+
+std::set<std::string> codecs_beside(const std::set<std::string>& keys) {
+  std::set<std::string> out;
+  for (const Codec* c : codecs())
+    if (c->beside)
+      for (const std::string& k : keys)
+        for (std::string& b : c->beside(k))
+          if (keys.count(b)) out.insert(std::move(b));
+  return out;
 }
 
 const Codec* quantize_codec(const std::string& word, const std::string& format) {

@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -59,9 +60,33 @@ struct Codec {
   // null: the quant_method is its own. Asked by the fail-closed check (view/codecs/unexplained.h).
   bool (*explains)(const nlohmann::json& qc, const nlohmann::json& config) = nullptr;
 
+  // What of quantization_config `qc` the codec recognises but does not decode, for the fail-closed
+  // refusal's message (view/codecs/unexplained.h): ModelOpt's MIXED_PRECISION layers, each type
+  // named. "" or null: nothing to add.
+  std::string (*unread)(const nlohmann::json& qc) = nullptr;
+
   // Recognition: the (weight, scale) pairs of `md` this codec reads (by name and rows), in table
   // order of the weights. Null: no view reads it as a weight (its dtype is read and written as is).
   std::vector<std::pair<uint32_t, uint32_t>> (*pairs)(const Metadata& md, const NameIndex& by_name) = nullptr;
+
+  // What verify's HF checks (check/hf_config_checks.cpp) hold the tensors beside weight `key` of
+  // `dtype` and `shape` to where config.json has no quantization_config to name the format (the
+  // codec's `beside` names them): each one's name, the dtypes and shapes it may have, and what it
+  // is. None: `key` is not one of its weights, or not quantized.
+  struct Expected {
+    std::string key;
+    std::vector<std::string> dtypes;  // torch names ("float8_e4m3fn")
+    std::vector<std::vector<int64_t>> shapes;
+    std::string what;  // "Inkling2Loop NVFP4 block scale (one per 16 values)"
+  };
+  std::vector<Expected> (*expected_beside)(const std::string& key, const std::string& dtype,
+                                           const std::vector<int64_t>& shape) = nullptr;
+
+  // The tensors its decode takes beside weight `key` (its scale and any other), or none where `key` is
+  // not one of its weights: the model schema's check (check/hf_schema.cpp) counts those that are
+  // there as the quantization's own, not the model's, where config.json has no quantization_config
+  // to say so (Inkling2Loop's expert stacks). Null: the config's quantization_config says it.
+  std::vector<std::string> (*beside)(const std::string& key) = nullptr;
 
   // verify's HF checks: a scale whose key ends in `orphan_tail` (and holds `orphan_within`) and
   // whose weight (the key less scale_suffix, plus weight_suffix) is not there is an orphan.
@@ -137,9 +162,13 @@ const Codec& ct_mxfp4_codec();
 const Codec& ct_w4a16_codec();
 const Codec& mo_nvfp4_codec();
 const Codec& mo_mxfp8_codec();
+const Codec& inkling2_loop_codec();
 // The compressed-tensors formats and ModelOpt quant_algo values dcpctl decodes.
 bool ct_format_read(const std::string& format);
 bool modelopt_algo_read(const std::string& algo);
+// The quant_algo of ModelOpt quantization_config `qc` for Linear `module`: a MIXED_PRECISION
+// config's quantized_layers entry for it ("" where it has none), else the config's own.
+std::string modelopt_layer_algo(const nlohmann::json& qc, const std::string& module);
 // fp8-block's half_step: half an e4m3fn ULP at |q| (q a value of the format, or near one).
 double e4m3_half_ulp(double q);
 // NVFP4's and compressed-tensors' MXFP4's half_step: half the larger gap beside |q| on the E2M1 grid
@@ -173,6 +202,10 @@ bool explained_by_reader(const nlohmann::json& qc, const nlohmann::json& config)
 // with its member's part replaced), or the weight itself where it is in none. Asked by the encoders
 // (view/codecs/linear_encode.h) and verify (check/hf_config_checks.cpp).
 std::string fused_group(const std::string& weight);
+
+// Of `keys`, those a codec's decode takes beside a weight among them (Codec::beside), asked by
+// the schema's and verify's dtype checks.
+std::set<std::string> codecs_beside(const std::set<std::string>& keys);
 
 // The tensor indices by name.
 NameIndex tensor_names(const Metadata& md);

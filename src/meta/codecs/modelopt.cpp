@@ -12,6 +12,9 @@
 //                       short; the quant_algo in lower case as 0.47.0's export writes its
 //                       QUANTIZATION_FP8_PB_WO; FP8_PB_WO, as published configs spell it, read alike;
 //                       a scale of [ceil(N / 128), ceil(K / 128)] too, the shape its dequantize takes)
+//   MIXED_PRECISION     each layer one of the above, named in quantization_config.quantized_layers
+//                       ({module: {"quant_algo", "group_size"}}, as export_hf_checkpoint writes a model
+//                       quantized in several formats); read where every layer's is, none packed
 // Decoded as ModelOpt's own QTensor.dequantize computes (view/codecs/modelopt.cpp), in float32:
 // NVFP4 e2m1 * (float32(scale) * weight_scale_2), the code of -0 read as +0.0; MXFP8 q * 2^(e-127);
 // FP8 q * weight_scale; fp8_pb_wo q * its block's scale. The activation scales leave with the weight: a dequantized
@@ -29,7 +32,29 @@ bool modelopt_algo_read(const std::string& algo) {
          algo == "FP8_PB_WO";
 }
 
+std::string modelopt_layer_algo(const nlohmann::json& qc, const std::string& module) {
+  const std::string algo =
+      qc.contains("quant_algo") && qc["quant_algo"].is_string() ? qc["quant_algo"].get<std::string>() : "";
+  if (algo != "MIXED_PRECISION") return algo;
+  if (!qc.contains("quantized_layers") || !qc["quantized_layers"].is_object()) return "";
+  const nlohmann::json& layers = qc["quantized_layers"];
+  auto it = layers.find(module);
+  if (it == layers.end() || !it->is_object() || !it->contains("quant_algo") || !(*it)["quant_algo"].is_string())
+    return "";
+  return (*it)["quant_algo"].get<std::string>();
+}
+
 namespace {
+
+// MIXED_PRECISION is read where every layer's quant_algo is one dcpctl decodes, none of them packed.
+bool modelopt_mixed_read(const nlohmann::json& qc) {
+  if (!qc.contains("quantized_layers") || !qc["quantized_layers"].is_object() || qc["quantized_layers"].empty())
+    return false;
+  for (const auto& [module, layer] : qc["quantized_layers"].items())
+    if (!layer.is_object() || layer.contains("packing") || !modelopt_algo_read(modelopt_layer_algo(qc, module)))
+      return false;
+  return true;
+}
 
 std::vector<std::pair<uint32_t, uint32_t>> modelopt_pairs(const Metadata& md, const NameIndex& by_name) {
   const Codec& codec = modelopt_codec();
@@ -45,8 +70,37 @@ std::vector<std::pair<uint32_t, uint32_t>> modelopt_pairs(const Metadata& md, co
 
 bool modelopt_explains(const nlohmann::json& qc, const nlohmann::json& config) {
   (void)config;
-  return qc.value("quant_method", "") == "modelopt" && qc.contains("quant_algo") && qc["quant_algo"].is_string() &&
-         modelopt_algo_read(qc["quant_algo"].get<std::string>());
+  if (qc.value("quant_method", "") != "modelopt" || !qc.contains("quant_algo") || !qc["quant_algo"].is_string())
+    return false;
+  const std::string algo = qc["quant_algo"].get<std::string>();
+  return algo == "MIXED_PRECISION" ? modelopt_mixed_read(qc) : modelopt_algo_read(algo);
+}
+
+// MIXED_PRECISION (export_hf_checkpoint of a model quantized in several formats): config.json's
+// quantization_config keeps hf_quant_config.json's `quantized_layers`, {module: {"quant_algo", ...}}.
+// Layers packed as ggml blocks ("packing": "ggml", with "block_payload_bytes"; Q8_0 and the IQ
+// codebook types) are in ModelOpt's development tree, not in nvidia-modelopt 0.47.0 (whose export
+// writes no `packing`), so none of them has a producer to check a decode against: each is named.
+std::string modelopt_unread(const nlohmann::json& qc) {
+  if (qc.value("quant_method", "") != "modelopt" || !qc.contains("quantized_layers") ||
+      !qc["quantized_layers"].is_object())
+    return "";
+  std::string out;
+  for (const auto& [module, layer] : qc["quantized_layers"].items()) {
+    if (!layer.is_object()) continue;
+    const std::string algo = layer.value("quant_algo", std::string("?")),
+                      packing = layer.contains("packing") && layer["packing"].is_string()
+                                    ? layer["packing"].get<std::string>()
+                                    : "";
+    if (packing.empty() && modelopt_algo_read(algo)) continue;
+    out += std::string(out.empty() ? "" : "; ") + "layer '" + module + "' is " + algo +
+           (packing.empty() ? "" : " packed as '" + packing + "' blocks");
+    if (!packing.empty()) break;  // the first packed one names the kind; the rest are alike
+  }
+  if (out.empty()) return "";
+  return "MIXED_PRECISION: " + out +
+         " (dcpctl decodes ModelOpt's NVFP4, W4A16_NVFP4, FP8, MXFP8 and FP8_PB_WO layers; nvidia-modelopt 0.47.0 "
+         "writes no ggml packing, so no decode of one is checked against its producer)";
 }
 
 }  // namespace
@@ -86,6 +140,7 @@ const Codec& modelopt_codec() {
     };
     c.explains = modelopt_explains;
     c.pairs = modelopt_pairs;
+    c.unread = modelopt_unread;
     c.display = "ModelOpt";
     return c;
   }();

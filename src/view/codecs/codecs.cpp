@@ -10,7 +10,7 @@ const std::vector<CodecView>& codec_views() {
       fp8_block_codec_view(), mxfp4_codec_view(),          deepseek_v4_codec_view(),  compressed_tensors_codec_view(),
       modelopt_codec_view(),  ct_fp8_dynamic_codec_view(), ct_fp8_block_codec_view(), ct_nvfp4_codec_view(),
       ct_mxfp8_codec_view(),  ct_mxfp4_codec_view(),       ct_w4a16_codec_view(),     mo_nvfp4_codec_view(),
-      mo_mxfp8_codec_view(),
+      mo_mxfp8_codec_view(),  inkling2_loop_codec_view(),
   };
   return list;
 }

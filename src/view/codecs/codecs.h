@@ -69,6 +69,7 @@ CodecView ct_mxfp4_codec_view();
 CodecView ct_w4a16_codec_view();
 CodecView mo_nvfp4_codec_view();
 CodecView mo_mxfp8_codec_view();
+CodecView inkling2_loop_codec_view();
 
 // Shared by the encoders: `view` with `table`, which says of itself (the view "quantized")
 // {"scheme", "block", "weights", "kept"} and leaves the quantization_config to write and the keys

@@ -13,6 +13,14 @@ namespace dcpctl {
 namespace {
 
 DecodedTensor decode_dsv4(const Checkpoint& ck, const TensorMeta& w, const TensorMeta& s, const QuantConfig& qc) {
+  if (ends_with_longer(w.fqn, "engram.embed.weight"))
+    throw UnsupportedError(Where(ck.metadata_path, std::nullopt, w.fqn),
+                           "DeepSeek V4.1's Engram table (" + w.dtype_name + " " + dims_text(w.shape) +
+                               " rows beside '" + s.fqn + "' " + s.dtype_name + " " + dims_text(s.shape) +
+                               ", the table's weight_scale_inv in vLLM 0.33's deepseek_v41): dcpctl does not decode "
+                               "it, as transformers 5.24.0 has no Engram module and vLLM dequantizes it only in a "
+                               "Triton kernel, so no decode is checked against its reader; without --dtype the table "
+                               "and its scale are written as they are");
   if (*w.dtype == DType::Float8_E4M3FN) return fp8_block_codec_view().decode(ck, w, s, qc);
   // FP4 experts: [R, C / 2] bytes beside [R, C / 32] scales.
   const int64_t cols = w.ndim() == 2 ? w.shape[1] * 2 : 0;

@@ -54,8 +54,8 @@ DecodedTensor decode_mo_fp8_blocks(const Checkpoint& ck, const TensorMeta& w, co
 }
 
 DecodedTensor decode_modelopt(const Checkpoint& ck, const TensorMeta& w, const TensorMeta& s, const QuantConfig& qc) {
-  const std::string algo = qc.raw.value("quant_algo", "");
   const std::string module = w.fqn.substr(0, w.fqn.size() - 7);
+  const std::string algo = modelopt_layer_algo(qc.raw, module);  // MIXED_PRECISION: the layer's
   std::vector<const TensorMeta*> aux{&s};
   if (const TensorMeta* in = tensor_named(ck, module + ".input_scale")) aux.push_back(in);  // leaves with it
   if (w.ndim() != 2) mo_misshapen(ck, w, w, "a 2-D Linear weight");
@@ -130,7 +130,10 @@ DecodedTensor decode_modelopt(const Checkpoint& ck, const TensorMeta& w, const T
     return d;
   }
   throw UnsupportedError(Where(ck.metadata_path, std::nullopt, w.fqn),
-                         "ModelOpt quant_algo '" + algo + "' (" + qc.path +
+                         (algo.empty() ? "a ModelOpt MIXED_PRECISION weight whose layer '" + module +
+                                             "' quantization_config.quantized_layers does not name"
+                                       : "ModelOpt quant_algo '" + algo + "'") +
+                             " (" + qc.path +
                              "): dcpctl decodes NVFP4, W4A16_NVFP4, FP8, MXFP8 and FP8_PB_WO (fp8_pb_wo)");
 }
 

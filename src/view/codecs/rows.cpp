@@ -15,8 +15,16 @@ namespace {
 
 class RowDecoded final : public DerivedTensor {
  public:
-  RowDecoded(std::string path, TensorMeta packed, std::vector<TensorMeta> aux, int64_t cols, RowKernel kernel)
-      : path_(std::move(path)), p_(std::move(packed)), aux_(std::move(aux)), cols_(cols), kernel_(std::move(kernel)) {}
+  // `per_row`: the rows of the decoded tensor one index of `packed`'s first dimension holds (a
+  // stack's [E, R, P]: R; a 2-D weight: 1).
+  RowDecoded(std::string path, TensorMeta packed, std::vector<TensorMeta> aux, int64_t cols, int64_t per_row,
+             RowKernel kernel)
+      : path_(std::move(path)),
+        p_(std::move(packed)),
+        aux_(std::move(aux)),
+        cols_(cols),
+        per_row_(per_row),
+        kernel_(std::move(kernel)) {}
   const TensorMeta& follows() const override { return p_; }
   std::vector<const TensorMeta*> inputs() const override {
     std::vector<const TensorMeta*> in{&p_};
@@ -24,7 +32,7 @@ class RowDecoded final : public DerivedTensor {
     return in;
   }
   void read(const TensorReads& below, size_t chunk, uint64_t from, uint64_t n, void* dst) const override {
-    const int64_t r0 = p_.chunk_offsets(chunk)[0], rows = p_.chunk_sizes(chunk)[0];
+    const int64_t r0 = p_.chunk_offsets(chunk)[0] * per_row_, rows = p_.chunk_sizes(chunk)[0] * per_row_;
     read_computed(path_, p_, chunk, static_cast<uint64_t>(rows * cols_), from, n, dst, [&](float* out) {
       std::vector<uint8_t> packed(p_.chunk_numel(chunk) * itemsize(*p_.dtype));
       below.read(p_, chunk, 0, packed.size(), packed.data());
@@ -35,8 +43,8 @@ class RowDecoded final : public DerivedTensor {
   }
   // The stored chunk, the auxiliaries read whole, the chunk's float32 values.
   uint64_t working_bytes(size_t chunk) const override {
-    uint64_t need =
-        p_.chunk_numel(chunk) * itemsize(*p_.dtype) + static_cast<uint64_t>(p_.chunk_sizes(chunk)[0] * cols_) * 4;
+    uint64_t need = p_.chunk_numel(chunk) * itemsize(*p_.dtype) +
+                    static_cast<uint64_t>(p_.chunk_sizes(chunk)[0] * per_row_ * cols_) * 4;
     for (const TensorMeta& a : aux_) need += whole_read_bytes(a);
     return need;
   }
@@ -46,8 +54,46 @@ class RowDecoded final : public DerivedTensor {
   TensorMeta p_;
   std::vector<TensorMeta> aux_;
   int64_t cols_;
+  int64_t per_row_;
   RowKernel kernel_;
 };
+
+// The decoded tensor of `packed` (2-D [N, P] or a stack [E, R, P]) as float32 [..., cols]: each
+// chunk of whole rows (of a stack: of whole matrices) one chunk of the same rows.
+DecodedTensor decoded_rows(const Checkpoint& ck, const std::string& name, const TensorMeta& packed,
+                           const std::vector<const TensorMeta*>& aux, int64_t cols, RowKernel kernel) {
+  const size_t nd = packed.ndim();
+  TensorMeta v = packed;
+  v.fqn = name;
+  v.dtype = DType::Float32;
+  v.dtype_name = torch_name(DType::Float32);
+  v.shape.back() = cols;
+  v.chunk_dims.clear();
+  for (size_t c = 0; c < packed.num_chunks(); ++c) {
+    const int64_t *off = packed.chunk_offsets(c), *size = packed.chunk_sizes(c);
+    for (size_t d = 1; d < nd; ++d)
+      if (off[d] != 0 || size[d] != packed.shape[d])
+        throw UnsupportedError(Where(ck.metadata_path, std::nullopt, packed.fqn),
+                               std::string("a quantized weight saved in chunks that split its ") +
+                                   (nd == 2 ? "rows" : "matrices") + " (chunk " + std::to_string(c) +
+                                   "): dcpctl decodes whole " + (nd == 2 ? "rows" : "matrices") + " of this format");
+    std::vector<int64_t> o(nd, 0), s(v.shape);
+    o[0] = off[0], s[0] = size[0];
+    v.chunk_dims.insert(v.chunk_dims.end(), o.begin(), o.end());
+    v.chunk_dims.insert(v.chunk_dims.end(), s.begin(), s.end());
+  }
+  std::vector<TensorMeta> aux_meta;
+  DecodedTensor out;
+  for (const TensorMeta* a : aux) {
+    aux_meta.push_back(*a);
+    out.consumed.push_back(a->fqn);
+  }
+  out.meta = v;
+  const int64_t per_row = nd == 3 ? packed.shape[1] : 1;
+  out.tensor =
+      std::make_shared<RowDecoded>(ck.metadata_path, packed, std::move(aux_meta), cols, per_row, std::move(kernel));
+  return out;
+}
 
 }  // namespace
 
@@ -57,29 +103,16 @@ DecodedTensor row_decoded(const Checkpoint& ck, const std::string& name, const T
     throw UnsupportedError(Where(ck.metadata_path, std::nullopt, packed.fqn),
                            "a quantized weight of shape " + dims_text(packed.shape) +
                                ": dcpctl decodes 2-D Linear weights of this format");
-  TensorMeta v = packed;
-  v.fqn = name;
-  v.dtype = DType::Float32;
-  v.dtype_name = torch_name(DType::Float32);
-  v.shape = {packed.shape[0], cols};
-  v.chunk_dims.clear();
-  for (size_t c = 0; c < packed.num_chunks(); ++c) {
-    const int64_t *off = packed.chunk_offsets(c), *size = packed.chunk_sizes(c);
-    if (off[1] != 0 || size[1] != packed.shape[1])
-      throw UnsupportedError(Where(ck.metadata_path, std::nullopt, packed.fqn),
-                             "a quantized weight saved in chunks that split its rows (chunk " + std::to_string(c) +
-                                 "): dcpctl decodes whole rows of this format");
-    v.chunk_dims.insert(v.chunk_dims.end(), {off[0], 0, size[0], cols});
-  }
-  std::vector<TensorMeta> aux_meta;
-  DecodedTensor out;
-  for (const TensorMeta* a : aux) {
-    aux_meta.push_back(*a);
-    out.consumed.push_back(a->fqn);
-  }
-  out.meta = v;
-  out.tensor = std::make_shared<RowDecoded>(ck.metadata_path, packed, std::move(aux_meta), cols, std::move(kernel));
-  return out;
+  return decoded_rows(ck, name, packed, aux, cols, std::move(kernel));
+}
+
+DecodedTensor stack_decoded(const Checkpoint& ck, const std::string& name, const TensorMeta& packed,
+                            const std::vector<const TensorMeta*>& aux, int64_t cols, RowKernel kernel) {
+  if (packed.ndim() != 3 || !packed.dtype)
+    throw UnsupportedError(Where(ck.metadata_path, std::nullopt, packed.fqn),
+                           "a quantized expert stack of shape " + dims_text(packed.shape) +
+                               ": dcpctl decodes 3-D stacks [experts, rows, columns] of this format");
+  return decoded_rows(ck, name, packed, aux, cols, std::move(kernel));
 }
 
 const TensorMeta* tensor_named(const Checkpoint& ck, const std::string& name) {

@@ -29,6 +29,11 @@ using RowKernel = std::function<void(const uint8_t* packed, int64_t r0, int64_t 
 DecodedTensor row_decoded(const Checkpoint& ck, const std::string& name, const TensorMeta& packed,
                           const std::vector<const TensorMeta*>& aux, int64_t cols, RowKernel kernel);
 
+// The same of an expert stack `packed` [E, R, P] decoding to float32 [E, R, cols]: the kernel sees
+// its rows flat (expert e's row r is row e * R + r), each chunk of whole experts one chunk.
+DecodedTensor stack_decoded(const Checkpoint& ck, const std::string& name, const TensorMeta& packed,
+                            const std::vector<const TensorMeta*>& aux, int64_t cols, RowKernel kernel);
+
 // The tensor of `ck` named `name`, or null (an index of the table, built once per table and thread).
 const TensorMeta* tensor_named(const Checkpoint& ck, const std::string& name);
 

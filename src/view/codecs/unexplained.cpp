@@ -49,6 +49,8 @@ std::optional<std::string> unexplained_scheme(const Checkpoint& ck, const MapCon
     std::string s = where + ".quant_method '" + method + "'";
     if (!text(q, "format").empty()) s += " (format '" + text(q, "format") + "')";
     if (!text(q, "quant_algo").empty()) s += " (quant_algo '" + text(q, "quant_algo") + "')";
+    for (const Codec* c : codecs())
+      if (std::string u = c->unread ? c->unread(q) : ""; !u.empty()) s += ": " + u;
     const std::string experts = !text(q, "expert_dtype").empty() ? text(q, "expert_dtype") : text(cfg, "expert_dtype");
     if (!experts.empty()) s += " with expert_dtype '" + experts + "'";
     return s;
@@ -82,6 +84,12 @@ std::optional<std::pair<const TensorMeta*, std::string>> unexplained_tensor(cons
     if (t.dtype && *t.dtype == DType::Float4_E2M1FN_X2 && ends_with_longer(t.fqn, ".weight"))
       return std::make_pair(&t, std::string("an F4 weight: packed FP4 (E2M1) codes, two a byte, that nothing in "
                                             "this request decodes and that are never cast"));
+    if (one_byte_or_f4(t))
+      for (const Codec* c : codecs())
+        for (const std::string& b : c->beside ? c->beside(t.fqn) : std::vector<std::string>())
+          if (by_name.count(b))
+            return std::make_pair(&t, "a " + t.dtype_name + " weight beside '" + b + "' (" + c->display +
+                                          "), which nothing in this request decodes");
     if (!ends_with_longer(t.fqn, ".weight") || !one_byte_or_f4(t)) continue;
     const std::string module = t.fqn.substr(0, t.fqn.size() - 7);
     if (by_name.count(module + ".scale"))
