@@ -2,8 +2,10 @@
 safetensors, a torch.save file) and of a GGUF file gguf-py wrote, equal to what torch's dcp.load /
 torch.load / safetensors / GGUFReader read; slices equal to the full tensor's slice; NumPy and torch
 (DLPack) results; bounded bands; threads."""
+import os
 import re
 import shutil
+import subprocess
 import sys
 import threading
 import time
@@ -322,3 +324,45 @@ def test_torch_checkpointing_equals_its_own_load(fixtures, case):
         assert sorted(ck.keys()) == sorted(want)
         for key, t in want.items():
             assert same(ck.get(key), t), key
+
+
+# In a fresh process (no torch: its peak would hide ours), the peak RSS (VmHWM) before and after
+# one read of a checkpoint opened with max_memory=32 MiB: "before after nbytes".
+PEAK_CHILD = r"""
+import sys
+import dcpctl
+
+def peak():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+
+path, key, how = sys.argv[1:4]
+with dcpctl.open(path, max_memory=32 << 20) as ck:
+    before = peak()
+    a = ck.get_slice(key)[1000:1064] if how == "slice" else ck.get(key)
+    after = peak()
+print(before, after, a.nbytes)
+"""
+
+
+def test_peak_memory_of_a_slice_is_the_slice_and_a_band(tmp_path):
+    """Bounded memory, measured: a 64-row slice of a 128 MiB tensor raises the process's peak RSS by
+    at most max_memory (32 MiB: a band of half of it, and the rest of a record read for its CRC)
+    beside the slice; a get() of the whole tensor raises it by the tensor (so the measure sees what a
+    read holds), and by no more than the same bound beside it."""
+    path, sd = make_big(tmp_path, 128)
+    budget, slack = 32 << 20, 8 << 20  # slack: the allocator's and Python's own
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    grew = {}
+    for how in ("slice", "whole"):
+        r = subprocess.run([sys.executable, "-c", PEAK_CHILD, str(path), "w0", how], capture_output=True, text=True,
+                           env=env)
+        assert r.returncode == 0, r.stderr
+        before, after, nbytes = map(int, r.stdout.split())
+        grew[how] = (after - before, nbytes)
+        print(f"\n[measure] {how}: peak RSS +{(after - before) / 2**20:.1f} MiB for {nbytes / 2**20:.2f} MiB read")
+    held, nbytes = grew["slice"]
+    assert nbytes == 64 * 1024 * 4 and held <= budget + nbytes + slack, grew
+    held, nbytes = grew["whole"]
+    assert nbytes == sd["w0"].numel() * 4 and nbytes <= held <= budget + nbytes + slack, grew
