@@ -162,12 +162,23 @@ Checkpoint open_checkpoint(const std::string& path, const OpenOptions& options) 
   p.directory = st.kind == PathInfo::directory;
   p.compare = options.compare;
   p.metadata = p.directory ? options.metadata : nullptr;
+  const LayoutReader* compare_only = nullptr;  // a row only diff and stats read, which took the path
   for (const LayoutReader& r : layout_readers()) {
-    if (!r.detect || (r.compare_only && !p.compare) || !r.detect(p)) continue;
+    if (!r.detect || (r.compare_only && !p.compare && compare_only) || !r.detect(p)) continue;
+    if (r.compare_only && !p.compare) {
+      compare_only = &r;
+      continue;
+    }
     if (!r.open)
       throw UnsupportedError(Where(path), std::string(r.name) + ": reading this layout needs " + r.installed_by);
     return r.open(p);
   }
+  // A valid input this command does not read: not damaged (exit 3), not an I/O error (exit 4).
+  if (compare_only)
+    throw UnsupportedError(Where(path), (p.directory ? std::string("a folder of ") : std::string()) +
+                                            compare_only->name + " (" + compare_only->description +
+                                            "): this command does not read it; dcpctl stats and dcpctl diff do "
+                                            "(and Python's dcpctl.open)");
   if (p.directory) return open_unrecognised_dir(p, options);
   if (ends_with(path, ".metadata"))
     throw UsageError(Where(path), "give the checkpoint directory, not its .metadata file");

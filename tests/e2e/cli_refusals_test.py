@@ -14,6 +14,11 @@ unchanged and no temporary behind.
                ends in is exit 2 listing the names that do; `--max-shard-size` with a file name is
                exit 2; `-o model.gguf` without a config.json is refused (exit 5: docs/gguf.md),
                with --dry-run too, before anything is written.
+  inputs       a torch.save file (.pt) and a Hugging Face folder of pytorch_model*.bin, which only
+               stats and diff read (meta/readers.h's compare_only rows): inspect, verify,
+               consolidate and reshard refuse them with exit 5 naming the layout and the commands
+               that read it (they were exit 4 "not a directory" and exit 3 "missing .metadata":
+               valid inputs called damaged), and stats still reads them (exit 0).
   commit       replacing an existing directory output is one atomic swap: a run killed right
                after it (DCPCTL_FAILPOINT=output-dir-commit:0, SIGKILL) leaves the complete new
                output under the final name, never no output at all.
@@ -37,12 +42,14 @@ def listing(d):
     return sorted(os.listdir(d))
 
 
-def refuses(chk, args, code, names, what):
-    """Runs dcpctl ARGS; it must exit `code` exactly and name every string of `names` on stderr."""
+def refuses(chk, args, code, names, what, stdout=False):
+    """Runs dcpctl ARGS; it must exit `code` exactly and name every string of `names` on stderr (with
+    `stdout`, on standard output: verify lists its problems there)."""
     r = chk.run(args)
     if chk.expect(r.rc == code, f"{what}: exit {r.rc}, want {code}: {r.describe()}"):
+        said, stream = (r.stdout, "stdout") if stdout else (r.stderr, "stderr")
         for n in names:
-            chk.expect(n in r.stderr, f"{what}: stderr does not name {n!r}: {r.stderr.strip()[:300]}")
+            chk.expect(n in said, f"{what}: {stream} does not name {n!r}: {said.strip()[:300]}")
     return r
 
 
@@ -135,6 +142,19 @@ def case_names(chk, dcpctl, fixtures, work):
     chk.expect(listing(work) == [], f"names: left behind {listing(work)}")
 
 
+def case_inputs(chk, dcpctl, fixtures, work):
+    for path in (os.path.join(fixtures, "layouts", "lightning_fabric", "ckpt", "meta.pt"),
+                 os.path.join(fixtures, "hf_bin", "single"), os.path.join(fixtures, "hf_bin", "sharded")):
+        for head, extra in ((["inspect"], []), (["verify"], []), (["consolidate"], ["-o", os.path.join(work, "o.safetensors")]),
+                            (["reshard"], ["-o", os.path.join(work, "w2"), "-w", "2"])):
+            refuses(chk, [dcpctl, *head, path, *extra], EXIT_UNSUPPORTED,
+                    [path, "torch.save", "dcpctl stats and dcpctl diff do"], f"{head[0]} {os.path.relpath(path, fixtures)}",
+                    stdout=head == ["verify"])
+        r = chk.run([dcpctl, "stats", path, "--json"])
+        chk.expect(r.rc == EXIT_OK, f"stats {os.path.relpath(path, fixtures)}: {r.describe()}")
+    chk.expect(listing(work) == [], f"inputs: left behind {listing(work)}")
+
+
 def case_commit(chk, dcpctl, fixtures, work):
     ck = os.path.join(fixtures, "sample", "ckpt")
     env = dict(os.environ, DCPCTL_FAILPOINT="output-dir-commit:0")
@@ -184,7 +204,7 @@ def main():
         return 2
     dcpctl, fixtures = args
     chk = harness.Checker(sanitized)
-    for name, fn in (("dry-run", case_dry_run), ("sizes", case_sizes), ("names", case_names), ("commit", case_commit)):
+    for name, fn in (("dry-run", case_dry_run), ("sizes", case_sizes), ("names", case_names), ("inputs", case_inputs), ("commit", case_commit)):
         with tempfile.TemporaryDirectory(prefix=f"dcpctl-cli-{name}-") as work:
             fn(chk, dcpctl, fixtures, work)
     return harness.finish(chk, "cli refusals")

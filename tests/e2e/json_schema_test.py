@@ -376,8 +376,9 @@ def cases_for(p, work):
 
     # inspect's error document, with the exit code it names
     errors = [
-        ("an HF .bin directory", [fx("hf_bin", "single")], INVALID),
-        ("a .pt file", [fx("fsdp2_app_state", "model_full.pt")], IO),
+        # valid inputs inspect does not read (stats and diff do): unsupported, not damaged or an I/O error
+        ("an HF .bin directory", [fx("hf_bin", "single")], UNSUPPORTED),
+        ("a .pt file", [fx("fsdp2_app_state", "model_full.pt")], UNSUPPORTED),
         ("a missing path", [os.path.join(work, "missing")], IO),
         ("a directory without .metadata", [p["not_ckpt"]], INVALID),
         ("a Ray Train folder no save finished in", [os.path.join(run_folders()[-1], "checkpoint_000003")], INVALID),
