@@ -262,11 +262,15 @@ module_args() {
   for m in "${MODULES[@]}"; do echo "-DDCPCTL_WITH_$m=$1"; done
 }
 
-build() {  # build <build dir> [cmake args...]: with every module
+build() {  # build <build dir> [cmake args...]: with every module, and the Python module
   local dir=$1
   shift
+  # The Python module whenever the virtualenv has nanobind (setup installs it): CMake decides
+  # DCPCTL_WITH_PYTHON once, so a tree configured before nanobind was there would keep it OFF.
+  local python=()
+  "$PY" -m nanobind --cmake_dir >/dev/null 2>&1 && python=(-DDCPCTL_WITH_PYTHON=ON)
   # shellcheck disable=SC2046  # one word per module
-  configure "$dir" $(module_args ON) "$@"
+  configure "$dir" $(module_args ON) "${python[@]}" "$@"
   log "building $dir"
   cmake --build "$dir" -j "$JOBS"
 }
