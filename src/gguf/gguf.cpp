@@ -38,17 +38,6 @@ uint16_t bf16_of(float f) {
   return static_cast<uint16_t>((uint64_t{n} + (0x7fffu + ((n >> 16) & 1u))) >> 16);
 }
 
-// The byte of an integral float as x86-64's truncating conversion gives it (cvttss2si, then the
-// low byte): the value's own for a block's -127..127; a NaN or infinity (a block holding one, or
-// one whose d is so small that 1 / d is infinite) gives INT32_MIN, whose low byte is 0. Written
-// out because static_cast<int8_t> of those is undefined in C++ (UBSan stops there); the vector
-// path (gguf/simd.h) gives the same.
-uint8_t low_byte(float r) {
-  const int32_t i =
-      r == r && std::fabs(r) < 2147483648.0f ? static_cast<int32_t>(r) : std::numeric_limits<int32_t>::min();
-  return static_cast<uint8_t>(static_cast<uint32_t>(i) & 0xFFu);
-}
-
 // np_roundf: half away from zero.
 float round_away(float x) {
   const float a = std::fabs(x), floored = std::floor(a);
@@ -300,13 +289,18 @@ void encode_via(EncodeIsa isa, TensorType t, const float* x, size_t n, uint8_t* 
       for (size_t b = 0; b < n / kQ8Block; ++b) {
         const float* v = x + b * kQ8Block;
         uint8_t* o = out + b * kQ8BlockBytes;
+        // gguf-py's abs(blocks).max(): a NaN anywhere in the block makes it NaN (then d, and
+        // every code 0). ggml's reference MAX() keeps the values after the last NaN instead:
+        // llama-quantize's Q8_0 of such a block differs from the converter's.
         float amax = 0.0f;
-        for (size_t j = 0; j < kQ8Block; ++j) amax = std::fmax(amax, std::fabs(v[j]));
+        bool nan = false;
+        for (size_t j = 0; j < kQ8Block; ++j) amax = std::fmax(amax, std::fabs(v[j])), nan = nan || v[j] != v[j];
+        if (nan) amax = std::numeric_limits<float>::quiet_NaN();
         const float d = amax / 127.0f;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         const uint16_t h = f32_to_f16(d);
         std::memcpy(o, &h, 2);
-        for (size_t j = 0; j < kQ8Block; ++j) o[2 + j] = low_byte(round_away(v[j] * id));
+        for (size_t j = 0; j < kQ8Block; ++j) o[2 + j] = quants::low_byte(round_away(v[j] * id));
       }
       return;
   }

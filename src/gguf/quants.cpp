@@ -261,8 +261,10 @@ void q4_0(const float* x, size_t n, uint8_t* out) {
     put_half(out, d);
     for (int j = 0; j < kQK / 2; ++j) {
       const float x0 = x[j] * id, x1 = x[kQK / 2 + j] * id;
-      const uint8_t xi0 = static_cast<uint8_t>(std::min(15, static_cast<int>(static_cast<int8_t>(x0 + 8.5f))));
-      const uint8_t xi1 = static_cast<uint8_t>(std::min(15, static_cast<int>(static_cast<int8_t>(x1 + 8.5f))));
+      const uint8_t xi0 =
+          static_cast<uint8_t>(std::min(15, static_cast<int>(static_cast<int8_t>(low_byte(x0 + 8.5f)))));
+      const uint8_t xi1 =
+          static_cast<uint8_t>(std::min(15, static_cast<int>(static_cast<int8_t>(low_byte(x1 + 8.5f)))));
       out[2 + j] = static_cast<uint8_t>(xi0 | (xi1 << 4));
     }
   }
@@ -282,8 +284,10 @@ void q5_0(const float* x, size_t n, uint8_t* out) {
     uint32_t qh = 0;
     for (int j = 0; j < kQK / 2; ++j) {
       const float x0 = x[j] * id, x1 = x[kQK / 2 + j] * id;
-      const uint8_t xi0 = static_cast<uint8_t>(std::min(31, static_cast<int>(static_cast<int8_t>(x0 + 16.5f))));
-      const uint8_t xi1 = static_cast<uint8_t>(std::min(31, static_cast<int>(static_cast<int8_t>(x1 + 16.5f))));
+      const uint8_t xi0 =
+          static_cast<uint8_t>(std::min(31, static_cast<int>(static_cast<int8_t>(low_byte(x0 + 16.5f)))));
+      const uint8_t xi1 =
+          static_cast<uint8_t>(std::min(31, static_cast<int>(static_cast<int8_t>(low_byte(x1 + 16.5f)))));
       out[6 + j] = static_cast<uint8_t>((xi0 & 0x0F) | ((xi1 & 0x0F) << 4));
       qh |= ((xi0 & 0x10u) >> 4) << (j + 0);
       qh |= ((xi1 & 0x10u) >> 4) << (j + kQK / 2);

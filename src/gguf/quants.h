@@ -19,10 +19,22 @@
 // may contract a*b+c there and then differ in a rare last bit of a scale.)
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
 namespace dcpctl::gguf::quants {
+
+// The byte of a float as x86-64's truncating conversion gives it (cvttss2si, then the low byte),
+// which is what ggml's C casts (int8_t)(x) and static_cast do there: the value's own for an
+// in-range value (Q8_0's -127..127, Q4_0's 0..16 before the clamp); a NaN or infinity (a block
+// holding one, or one whose d is so small that 1 / d is infinite) gives INT32_MIN, whose low byte
+// is 0. Written out because the C++ cast of those is undefined (UBSan stops there); the vector
+// path (gguf/simd.h) gives the same.
+inline uint8_t low_byte(float r) {
+  const int32_t i = r == r && std::fabs(r) < 2147483648.0f ? static_cast<int32_t>(r) : INT32_MIN;
+  return static_cast<uint8_t>(static_cast<uint32_t>(i) & 0xFFu);
+}
 
 void q4_0(const float* x, size_t n, uint8_t* out);  // n a multiple of 32
 void q5_0(const float* x, size_t n, uint8_t* out);

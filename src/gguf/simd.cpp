@@ -2,6 +2,7 @@
 #include "gguf/simd.h"
 
 #include <cstring>
+#include <limits>
 #include <stdexcept>
 
 #include "util/numeric.h"
@@ -88,13 +89,18 @@ DCPCTL_AVX2_F16C void q8_0_avx2(const float* x, size_t n, uint8_t* out) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   for (size_t b = 0; b < n / 32; ++b, x += 32, out += 34) {
-    // max_ps(a, m) returns m when a is a NaN: fmax's skip.
-    __m256 m = _mm256_setzero_ps();
-    for (int k = 0; k < 4; ++k) m = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + 8 * k)), m);
+    // max_ps(a, m) returns m when a is a NaN: fmax's skip; a NaN anywhere makes the maximum a
+    // NaN (gguf-py's abs(blocks).max(), as the scalar path).
+    __m256 m = _mm256_setzero_ps(), nan = _mm256_setzero_ps();
+    for (int k = 0; k < 4; ++k) {
+      const __m256 v = _mm256_loadu_ps(x + 8 * k);
+      m = _mm256_max_ps(_mm256_andnot_ps(sign, v), m);
+      nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    }
     __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
     h = _mm_max_ps(h, _mm_movehl_ps(h, h));
     h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
-    const float amax = _mm_cvtss_f32(h);
+    const float amax = _mm256_movemask_ps(nan) ? std::numeric_limits<float>::quiet_NaN() : _mm_cvtss_f32(h);
     const float d = amax / 127.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     const uint16_t hd = f32_to_f16(d);

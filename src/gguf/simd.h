@@ -8,9 +8,9 @@
 //         holding a NaN is encoded by the scalar path.
 //   BF16  gguf-py's: a NaN made quiet in its top half, then + 0x7FFF + the kept lowest bit, the
 //         same integer operations lane by lane.
-//   Q8_0  the block's absolute maximum (max is exact and order-free; a NaN is skipped as fmax
-//         skips it), d and 1 / d in scalar float32 as before, then x * (1 / d) and np_roundf's
-//         floor arithmetic lane by lane, truncated to int32 and its low byte kept, as the scalar
+//   Q8_0  the block's absolute maximum (max is exact and order-free; a NaN in the block makes it
+//         NaN, as gguf-py's abs(blocks).max()), d and 1 / d in scalar float32 as before, then x * (1 / d) and
+//         np_roundf's floor arithmetic lane by lane, truncated to int32 and its low byte kept, as the scalar
 //         static_cast does on x86-64 (a NaN or infinity gives 0x80000000 there too).
 // No multiply-add anywhere (this file has no FMA target and is compiled -ffp-contract=off).
 //

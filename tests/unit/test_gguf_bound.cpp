@@ -5,6 +5,7 @@
 // another row's values are beyond it.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -73,6 +74,11 @@ TEST_CASE("gguf_bound: ggml's own bytes are within each type's bound of their in
     size_t overflowing = 0;
     for (size_t r = 0; r < x.size() / row; ++r) {
       CAPTURE(r);
+      // Rows holding NaNs or infinities (make_quants.py's last two: the quantizers' bytes of them,
+      // for unit:gguf_quants) have no bound to be within.
+      if (!std::all_of(x.begin() + static_cast<long>(r * row), x.begin() + static_cast<long>((r + 1) * row),
+                       [](float v) { return std::isfinite(v); }))
+        continue;
       std::vector<float> dq(row);
       decode_gguf(static_cast<uint32_t>(t), b.data() + r * rb, row, dq.data());
       bool finite = true;
