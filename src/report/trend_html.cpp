@@ -174,10 +174,14 @@ void curves(std::ostream& out, const Curves& c, const std::vector<std::string>& 
   for (size_t i = 0; i < cols.size(); i += every)
     out << "<text x=\"" << X(i) << "\" y=\"" << top + ph + 16 << "\" text-anchor=\"middle\" class=\"tick\">"
         << esc(cols[i]) << "</text>";
-  out << "<text x=\"" << left + pw / 2 << "\" y=\"" << top + ph + 36
-      << "\" class=\"axis\">step</text><text x=\"14\" y=\"" << top + ph / 2
-      << "\" class=\"axis\" transform=\"rotate(-90 14 " << top + ph / 2 << ")\">" << esc(c.ylabel)
-      << " (log scale)</text>\n";
+  // The y axis's title centred on the plot, "(log scale)" a line of its own beside it: the longest
+  // titles ("RMS(m) / sqrt(mean(v))") with it on one line ran past the top of the picture.
+  out << "<text x=\"" << left + pw / 2 << "\" y=\"" << top + ph + 36 << "\" class=\"axis\">step</text>";
+  for (const auto& [x, text] : {std::pair<int, std::string>{14, c.ylabel}, {28, "(log scale)"}})
+    out << "<text x=\"" << x << "\" y=\"" << top + ph / 2
+        << "\" class=\"axis\" text-anchor=\"middle\" transform=\"rotate(-90 " << x << ' ' << top + ph / 2 << ")\">"
+        << esc(text) << "</text>";
+  out << "\n";
   for (size_t s = 0; s < c.names.size(); ++s) {
     std::string d, marks;
     bool pen = false;
