@@ -617,6 +617,7 @@ ModelSchema parse_type(const std::string& type, const json& o) {
   if (o.contains("load_conversions"))
     for (const auto& c : o["load_conversions"])
       m.load_conversions.emplace_back(c.at(0).get<std::string>(), c.at(1).get<std::string>());
+  m.load_renames_not_derived = o.value("load_renames_not_derived", "");
   if (o.contains("saved_config")) {
     const json& sc = o["saved_config"];
     m.saved_config.per_layer = sc.at("per_layer").get<int64_t>();
@@ -1061,6 +1062,17 @@ void SchemaChecker::refuse_load_conversions() const {
                                    "'), which dcpctl does not map: load it with transformers and "
                                    "save_pretrained it, then use that folder");
     }
+  // A type whose load renames the schema could not derive: a key it does not define may be a
+  // release name transformers renames on load (Kimi K2.5's language_model.model.layers.N.*).
+  for (const auto& [p, keys] : unexpected_)
+    if (!s_.find(p) && !s_.load_renames_not_derived.empty())
+      throw UnsupportedError(Where(config_path_, std::nullopt, keys.front()),
+                             "a " + who_ + " folder with a key the schema does not define, '" + keys.front() +
+                                 "': transformers renames this type's keys on load (its conversion mapping), and "
+                                 "the schema could not derive those renames (" +
+                                 s_.load_renames_not_derived +
+                                 "), so a release's names are not told from damaged ones; load it with transformers "
+                                 "and save_pretrained it, then use that folder");
 }
 
 void SchemaChecker::report_unexpected() {

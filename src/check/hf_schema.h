@@ -103,6 +103,11 @@ struct ModelSchema {
   // (the generator's "load_conversions"): [source regex, conversion class]. A key the schema does not
   // define that matches one is refused (UnsupportedError, exit 5), not called unexpected.
   std::vector<std::pair<std::string, std::string>> load_conversions;
+  // Why a type whose names transformers renames on load has no load_renames (the generator's
+  // "load_renames_not_derived": Kimi K2.5's release names, which no save_pretrained key pairs
+  // with); empty otherwise. A key the schema does not define in such a type may be a release name
+  // the renames read: refused (UnsupportedError, exit 5), not called unexpected (exit 3).
+  std::string load_renames_not_derived;
   // How the config.json save_pretrained writes counts layers where the model counts them otherwise
   // (the generator's "saved_config": Dory's two blocks a layer, `layer_types` with an "mlp" entry
   // after each layer's kind and its layer counts doubled): per_layer 0 where they agree.
