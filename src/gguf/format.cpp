@@ -510,6 +510,9 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
         continue;
       }
       const uint64_t units = window_units(plan, tp, derived);
+      // Packed and MXFP4 tensors hold buffers of their own: float_windows' kept ones go first, so
+      // that no more than one tensor's windows are held at once (the plan's largest_need).
+      if (tp.packed || tp.mxfp4) windows_ = WindowBuffers{};
       GateReservation hold(ex.gate, window_need(plan, tp, derived, units));
       // NVFP4 and MXFP4 weights (a layer's NVFP4 experts one after another): their bytes repacked
       // (and Q/K rows moved), a window of rows at a time.
