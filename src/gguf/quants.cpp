@@ -310,7 +310,7 @@ void q5_1(const float* x, size_t n, uint8_t* out) {
     uint32_t qh = 0;
     for (int j = 0; j < kQK / 2; ++j) {
       const float x0 = (x[j] - min) * id, x1 = (x[kQK / 2 + j] - min) * id;
-      const uint8_t xi0 = static_cast<uint8_t>(x0 + 0.5f), xi1 = static_cast<uint8_t>(x1 + 0.5f);
+      const uint8_t xi0 = low_byte(x0 + 0.5f), xi1 = low_byte(x1 + 0.5f);  // (uint8_t)(x0 + 0.5f), defined
       out[8 + j] = static_cast<uint8_t>((xi0 & 0x0F) | ((xi1 & 0x0F) << 4));
       qh |= ((xi0 & 0x10u) >> 4) << (j + 0);
       qh |= ((xi1 & 0x10u) >> 4) << (j + kQK / 2);
