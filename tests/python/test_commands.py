@@ -50,7 +50,7 @@ def test_stats_equals_cli(fixtures, cli_json, case):
 
 @pytest.mark.parametrize("case,flags,cls", [
     ("sample/ckpt", ("--filter", "nothing*"), dcpctl.UsageError),
-    ("hf_bin/single/pytorch_model.bin", (), dcpctl.CheckpointIOError),  # inspect reads no .pt (stats does)
+    ("hf_bin/single/pytorch_model.bin", (), dcpctl.Unsupported),  # inspect reads no .pt (stats does): exit 5
     ("layouts/run_torchtitan/run", (), dcpctl.UsageError),
 ])
 def test_refusal_messages_match_the_cli(fixtures, cli, case, flags, cls):
