@@ -267,8 +267,12 @@ build() {  # build <build dir> [cmake args...]: with every module, and the Pytho
   shift
   # The Python module whenever the virtualenv has nanobind (setup installs it): CMake decides
   # DCPCTL_WITH_PYTHON once, so a tree configured before nanobind was there would keep it OFF.
+  # Not in a sanitizer tree, which builds no extension (CMakeLists.txt: an instrumented one would
+  # not load into an uninstrumented Python).
   local python=()
-  "$PY" -m nanobind --cmake_dir >/dev/null 2>&1 && python=(-DDCPCTL_WITH_PYTHON=ON)
+  if [[ " $* " != *" -DDCPCTL_SANITIZE=ON "* && " $* " != *" -DDCPCTL_TSAN=ON "* ]]; then
+    "$PY" -m nanobind --cmake_dir >/dev/null 2>&1 && python=(-DDCPCTL_WITH_PYTHON=ON)
+  fi
   # shellcheck disable=SC2046  # one word per module
   configure "$dir" $(module_args ON) "${python[@]}" "$@"
   log "building $dir"
