@@ -137,30 +137,31 @@ class Notes {
   std::vector<std::string> notes_;
 };
 
-// cmd/reshard.cpp's run_reshard() up to the summary, in one process.
-Summary reshard(const ReshardArgs& a, Progress& progress) {
-  ReshardOptions ro = reshard_options(a, Spelling::Python);
+// A write command's run up to its summary, in one process: `o` (the command's options) given the
+// progress and the notes, the checkpoint opened, `write(ck, o)` the library's command.
+template <class Options, class Write>
+Summary run_write(Options o, const std::string& checkpoint, Progress& progress, Write write) {
   Notes notes;
-  ro.progress = progress.callback();
-  ro.note = notes.callback();
-  Checkpoint ck = open_checkpoint(a.checkpoint);
-  json r = dcpctl::reshard(ck, ro);
+  o.progress = progress.callback();
+  o.note = notes.callback();
+  Checkpoint ck = open_checkpoint(checkpoint);
+  json r = write(ck, o);
   progress.rethrow();
   return notes.summary(r);
 }
 
-// cmd/consolidate.cpp's run_consolidate() up to the summary, in one process (--format megatron:
-// the reshard that writes it, as there).
+// cmd/reshard.cpp's run_reshard() up to the summary.
+Summary reshard(const ReshardArgs& a, Progress& progress) {
+  return run_write(reshard_options(a, Spelling::Python), a.checkpoint, progress,
+                   [](const Checkpoint& ck, const ReshardOptions& o) { return dcpctl::reshard(ck, o); });
+}
+
+// cmd/consolidate.cpp's run_consolidate() up to the summary (--format megatron: the reshard that
+// writes it, as there).
 Summary consolidate(const ConsolidateArgs& a, Progress& progress) {
   if (megatron_output(a)) return reshard(megatron_reshard_args(a, Spelling::Python), progress);
-  ConsolidateOptions co = consolidate_options(a, Spelling::Python);
-  Notes notes;
-  co.progress = progress.callback();
-  co.note = notes.callback();
-  Checkpoint ck = open_checkpoint(a.checkpoint);
-  json r = dcpctl::consolidate(ck, co);
-  progress.rethrow();
-  return notes.summary(r);
+  return run_write(consolidate_options(a, Spelling::Python), a.checkpoint, progress,
+                   [](const Checkpoint& ck, const ConsolidateOptions& o) { return dcpctl::consolidate(ck, o); });
 }
 
 // A class `name` of the args struct Args, a read-write attribute per option (Args::fields) and
